@@ -1,0 +1,36 @@
+"""Hparams sets by name: `get(name)`, `names()`, `override(hp, "k=v,k=v")`."""
+
+from t2t_lite.hparams import transformer
+from t2t_lite.hparams.hparams import HParams, override, validate
+
+_REGISTRY = {
+    fn.__name__: fn
+    for fn in (
+        transformer.transformer_base,
+        transformer.transformer_big,
+        transformer.transformer_big_enfr,
+        transformer.transformer_base_single_gpu,
+        transformer.transformer_big_single_gpu,
+        transformer.transformer_small,
+        transformer.transformer_tiny,
+    )
+}
+
+
+def names() -> list:
+    """The registered hparams set names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> HParams:
+    """Returns the named hparams set.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown hparams set {name!r}; known sets: {', '.join(names())}")
+    return validate(_REGISTRY[name]())
+
+
+__all__ = ["HParams", "get", "names", "override", "validate"]

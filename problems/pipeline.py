@@ -1,0 +1,108 @@
+"""Length-bucketed token batching, tensor2tensor's scheme, as `dataset.apply` transformations.
+
+Sequences are grouped by length into buckets whose upper boundaries start at
+`min_length` and grow by a factor `step` (at least +1) up to `max_length`:
+8, 9, ..., 20, 22, 24, 26, 28, 30, 33, 36, 39, 42, 46, ... Every batch holds sequences of one
+bucket only, and holds `batch_size // boundary` of them, so that "longest sequence
+times sequences in the batch" never exceeds `batch_size` tokens. Each feature is
+padded up to a bucket boundary, not just to the batch's longest sequence, so the
+set of batch shapes is finite and a compiled step (XLA) traces each shape once.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import tensorflow as tf
+
+
+def bucket_boundaries(min_length: int = 8, max_length: int = 256, step: float = 1.1) -> list:
+    """Returns the increasing bucket upper boundaries, the last one equal to `max_length`."""
+    if min_length < 1 or max_length < min_length or step <= 1.0:
+        raise ValueError(
+            f"bucket boundaries need 1 <= min_length <= max_length and step > 1; got "
+            f"min_length={min_length}, max_length={max_length}, step={step}"
+        )
+    boundaries = []
+    length = min_length
+    while length < max_length:
+        boundaries.append(length)
+        length = max(length + 1, int(length * step))
+    boundaries.append(max_length)
+    return boundaries
+
+
+def bucket_batch_sizes(boundaries: list, batch_size: int) -> list:
+    """Sequences per batch in each bucket: `batch_size // boundary`, at least 1."""
+    return [max(1, batch_size // boundary) for boundary in boundaries]
+
+
+def example_length(example: dict) -> tf.Tensor:
+    """The bucketing length of an example: the longer of its features."""
+    lengths = [tf.shape(value)[0] for value in example.values()]
+    return tf.reduce_max(tf.stack(lengths))
+
+
+def round_up_to_boundary(length: tf.Tensor, boundaries: list) -> tf.Tensor:
+    """The smallest boundary >= `length` (or `length` itself beyond the last one)."""
+    table = tf.constant(boundaries, tf.int32)
+    index = tf.searchsorted(table, tf.reshape(tf.cast(length, tf.int32), [1]), side="left")[0]
+    inside = tf.gather(table, tf.minimum(index, len(boundaries) - 1))
+    return tf.where(index < len(boundaries), inside, tf.cast(length, tf.int32))
+
+
+def batch_by_length(boundaries: list, batch_size: int, drop_remainder: bool = False):
+    """Returns a `dataset.apply` transformation that batches examples by length bucket.
+
+    Args:
+        boundaries: increasing bucket upper boundaries (see `bucket_boundaries`); every
+            example must be at most `boundaries[-1]` long (filter first).
+        batch_size: the token budget of one batch, counted as longest sequence x sequences.
+        drop_remainder: drop each bucket's last, partial batch.
+
+    Returns:
+        A function `Dataset -> Dataset` producing dicts of int64 [B, L] batches whose
+        every feature is padded with 0 to a bucket boundary.
+    """
+    sizes = bucket_batch_sizes(boundaries, batch_size)
+    boundary_table = tf.constant(boundaries, tf.int64)
+    size_table = tf.constant(sizes, tf.int64)
+
+    def key_fn(example):
+        length = tf.cast(example_length(example), tf.int64)
+        index = tf.searchsorted(boundary_table, tf.reshape(length, [1]), side="left")[0]
+        return tf.cast(index, tf.int64)
+
+    def reduce_fn(unused_key, window):
+        return window.padded_batch(
+            tf.gather(size_table, unused_key), padded_shapes=None, drop_remainder=drop_remainder
+        )
+
+    def window_size_fn(key):
+        return tf.gather(size_table, key)
+
+    def pad_features(batch):
+        return {
+            name: _pad_time(value, round_up_to_boundary(tf.shape(value)[1], boundaries))
+            for name, value in batch.items()
+        }
+
+    def transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        dataset = dataset.group_by_window(
+            key_func=key_fn, reduce_func=reduce_fn, window_size_func=window_size_fn
+        )
+        return dataset.map(pad_features, num_parallel_calls=tf.data.AUTOTUNE)
+
+    return transform
+
+
+def _pad_time(value: tf.Tensor, length: tf.Tensor) -> tf.Tensor:
+    """Pads [B, L] `value` with zeros on the right to [B, length]."""
+    padding = length - tf.shape(value)[1]
+    return tf.pad(value, [[0, 0], [0, padding]])
+
+
+def boundary_of(length: int, boundaries: list) -> int:
+    """Python twin of `round_up_to_boundary`, for tools and tests."""
+    index = bisect.bisect_left(boundaries, length)
+    return boundaries[index] if index < len(boundaries) else length

@@ -1,0 +1,202 @@
+"""The `Problem` base class: what a named task supplies to training, decoding and export.
+
+A problem knows its data (how to generate or read examples), its vocabulary (a
+`TextEncoder`), its batching (tensor2tensor's length buckets, `pipeline.py`), and its
+decoding defaults (the paper's beam size, length penalty and extra length).
+Examples are dicts of int64 id vectors `{"inputs": [S], "targets": [T]}` ending in EOS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import tensorflow as tf
+
+from t2t_lite.problems import pipeline
+
+PAD_ID = 0
+EOS_ID = 1
+
+TRAIN, EVAL, TEST = "train", "dev", "test"
+
+
+class TextEncoder:
+    """Maps text to ids and back. Ids 0 (padding) and 1 (end of sequence) are reserved."""
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list:
+        """Ids of `text`, without the final EOS."""
+        raise NotImplementedError
+
+    def decode(self, ids) -> str:
+        """Text of `ids`, stopping at the first EOS and skipping padding."""
+        raise NotImplementedError
+
+
+class Problem:
+    """A named task. Subclasses set `name` and implement `examples` and `encoders`."""
+
+    name: str = ""
+    # Decoding defaults (paper, section 6.1): beam 4, alpha 0.6, max length input + 50.
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_decode_length: int = 50
+    # What the trainer reports during evaluation: "accuracy", "bleu" or "parse_f1".
+    eval_metric: str = "accuracy"
+
+    def generate_data(self, data_dir: str, raw_dir: str | None = None, **options) -> dict:
+        """Prepares vocabulary and examples under `data_dir/<name>`; returns counts.
+
+        Problems generated in code need nothing; `options` (e.g. `vocab_size`) are
+        for problems built from corpora and rejected here.
+        """
+        del data_dir, raw_dir
+        if options:
+            raise ValueError(f"problem {self.name} takes no datagen options; got {sorted(options)}")
+        return {}
+
+    def encoders(self, data_dir: str) -> dict:
+        """Returns {"inputs": TextEncoder, "targets": TextEncoder} (the same object when shared)."""
+        raise NotImplementedError
+
+    def vocab_sizes(self, data_dir: str) -> tuple:
+        """(input vocab size, target vocab size or None when the vocabulary is shared)."""
+        encoders = self.encoders(data_dir)
+        if encoders["inputs"] is encoders["targets"]:
+            return encoders["inputs"].vocab_size, None
+        return encoders["inputs"].vocab_size, encoders["targets"].vocab_size
+
+    def vocab_file(self, data_dir: str) -> str | None:
+        """The SentencePiece model file of the vocabulary, or None when there is none.
+
+        With it, decoders and exporters build the in-graph tokenizer:
+        `SentencePieceEncoder(path).tokenizer()` (problems/vocab.py).
+        """
+        del data_dir
+        return None
+
+    def examples(self, split: str, data_dir: str) -> tf.data.Dataset:
+        """Unbatched examples of `split` in a fixed order."""
+        raise NotImplementedError
+
+    def sharded_examples(
+        self,
+        split: str,
+        data_dir: str,
+        input_context: tf.distribute.InputContext | None = None,
+    ) -> tf.data.Dataset:
+        """The part of `examples(split)` that the input pipeline of `input_context` reads.
+
+        Pipeline k of n gets examples k, k + n, k + 2n, ...: the parts are disjoint and
+        together complete. Subclasses may read whole files per pipeline instead.
+        """
+        dataset = self.examples(split, data_dir)
+        if input_context is not None and input_context.num_input_pipelines > 1:
+            dataset = dataset.shard(
+                input_context.num_input_pipelines, input_context.input_pipeline_id
+            )
+        return dataset
+
+    def length_counts(self, split: str, data_dir: str) -> dict | None:
+        """{length: examples} of each example's longer feature (EOS included), if recorded."""
+        del split, data_dir
+        return None
+
+    def dropped_examples(self, split: str, data_dir: str, max_length: int) -> int | None:
+        """How many examples of `split` training drops for being longer than `max_length`.
+
+        None when the problem records no lengths.
+        """
+        counts = self.length_counts(split, data_dir)
+        if counts is None:
+            return None
+        return sum(count for length, count in counts.items() if length > max_length)
+
+    def fingerprint(self, data_dir: str) -> str:
+        """A short hash that changes when the problem's data changes."""
+        return hashlib.sha256(self.name.encode()).hexdigest()[:16]
+
+    def dataset(
+        self,
+        split: str,
+        data_dir: str,
+        hp,
+        *,
+        training: bool | None = None,
+        seed: int = 0,
+        input_context: tf.distribute.InputContext | None = None,
+        num_epochs: int | None = None,
+    ) -> tf.data.Dataset:
+        """Length-bucketed token batches `{"inputs": [B, S], "targets": [B, T]}` of `split`.
+
+        Training (the default for the train split) drops examples longer than
+        `hp.max_length`, shuffles with `seed` and repeats forever unless `num_epochs` is
+        given; evaluation keeps every example, in order, once.
+
+        Args:
+            split: "train", "dev" or "test".
+            data_dir: the data folder holding one sub-folder per problem.
+            hp: the HParams; `batch_size` counts tokens per replica.
+            training: overrides whether to filter, shuffle and repeat.
+            seed: shuffling seed.
+            input_context: from `strategy.distribute_datasets_from_function`; shards
+                the examples so every replica pipeline reads a distinct part.
+            num_epochs: passes over the data (None = forever when training, 1 otherwise).
+
+        Returns:
+            The batched dataset, prefetched.
+        """
+        training = split == TRAIN if training is None else training
+        dataset = self.sharded_examples(split, data_dir, input_context)
+        max_length = hp.max_length if training else max(hp.max_length, hp.max_position)
+        boundaries = pipeline.bucket_boundaries(
+            hp.min_length_bucket, max_length, hp.length_bucket_step
+        )
+        if training:
+            self._report_dropped(split, data_dir, max_length)
+            dataset = dataset.filter(lambda example: pipeline.example_length(example) <= max_length)
+            dataset = dataset.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+            dataset = dataset.repeat(num_epochs)
+        else:
+            dataset = dataset.map(_check_length(self.name, split, max_length))
+            dataset = dataset.repeat(num_epochs or 1)
+        dataset = dataset.apply(pipeline.batch_by_length(boundaries, hp.batch_size))
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+    def _report_dropped(self, split: str, data_dir: str, max_length: int) -> None:
+        dropped = self.dropped_examples(split, data_dir, max_length)
+        if dropped:
+            total = sum(self.length_counts(split, data_dir).values())
+            logging.warning(
+                "problem %s, split %s: training drops %d of %d examples (%.2f%%) longer than "
+                "max_length=%d tokens",
+                self.name,
+                split,
+                dropped,
+                total,
+                100.0 * dropped / total,
+                max_length,
+            )
+
+
+def _check_length(name: str, split: str, max_length: int):
+    message = (
+        f"problem {name}, split {split}: an example is longer than {max_length} tokens, the "
+        "longest that evaluation batches; raise the max_position hparam"
+    )
+
+    def check(example):
+        with tf.control_dependencies(
+            [tf.debugging.assert_less_equal(pipeline.example_length(example), max_length, message)]
+        ):
+            return {key: tf.identity(value) for key, value in example.items()}
+
+    return check
+
+
+def log_counts(name: str, counts: dict) -> None:
+    logging.info("%s: %s", name, ", ".join(f"{k}={v:,}" for k, v in sorted(counts.items())))

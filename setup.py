@@ -1,0 +1,52 @@
+"""Installs t2t_lite; `problems/` and `hparams/` become t2t_lite.problems and t2t_lite.hparams."""
+
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+_HERE = Path(__file__).parent
+_VERSION = re.search(
+    r'__version__ = "([^"]+)"', (_HERE / "t2t_lite" / "__init__.py").read_text()
+).group(1)
+
+_SUBPACKAGES = ["layers", "models", "training", "decoding", "export", "serving", "metrics"]
+
+setup(
+    name="t2t_lite",
+    version=_VERSION,
+    description=(
+        "The Transformer of 'Attention Is All You Need' on TensorFlow 2 / Keras 3, "
+        "used the tensor2tensor way: named problems, hparams sets, one trainer command."
+    ),
+    long_description=(_HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["t2t_lite", "t2t_lite.problems", "t2t_lite.hparams"]
+    + [f"t2t_lite.{name}" for name in _SUBPACKAGES],
+    package_dir={
+        "t2t_lite": "t2t_lite",
+        "t2t_lite.problems": "problems",
+        "t2t_lite.hparams": "hparams",
+    },
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",
+        "keras>=3.10,<4",
+        "tensorflow-datasets>=4.9,<5",
+        "sentencepiece>=0.2,<0.3",
+        "sacrebleu>=2.4,<3",
+        "sacremoses>=0.1,<0.3",
+        "absl-py>=2.1,<3",
+        "tensorboard>=2.21,<2.22",
+        "numpy>=1.26",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "ruff>=0.6"],
+    },
+    entry_points={
+        "console_scripts": [
+            "t2t-trainer=t2t_lite.trainer:run",
+        ],
+    },
+)

@@ -1,0 +1,64 @@
+"""EVALB's command line: `python -m t2t_lite.evalb -p PARAM_FILE GOLD TEST`.
+
+Prints EVALB's report to stdout (see `t2t_lite.metrics.evalb`). Options as in EVALB:
+`-p` parameter file (default: COLLINS.prm's settings), `-d` debug (bracket lists on stderr),
+`-e N` stop after N error sentences (overrides MAX_ERROR), `-h` help; plus `--style 2006|1997`
+for the report layout. Exit status: 0, 1 when MAX_ERROR stopped the run early (the summary then
+covers the sentences read so far), 2 on unreadable or malformed input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from t2t_lite.metrics import evalb
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(
+        prog="python -m t2t_lite.evalb",
+        description="EVALB bracketing scores (Sekine & Collins) of TEST trees against GOLD trees, "
+        "one tree per line.",
+    )
+    parser.add_argument("-p", dest="param_file", help="EVALB parameter file, e.g. COLLINS.prm")
+    parser.add_argument("-d", dest="debug", action="store_true", help="print brackets to stderr")
+    parser.add_argument("-e", dest="max_error", type=int, help="number of errors to stop at")
+    parser.add_argument("--style", choices=evalb.STYLES, default="2006", help="report layout")
+    parser.add_argument("gold", help="gold trees, one per line")
+    parser.add_argument("test", help="parsed trees, one per line (empty line: parse failure)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    """Runs EVALB on the files named in `argv`; returns the exit status."""
+    args = _arguments(argv)
+    try:
+        params = evalb.load_params(args.param_file) if args.param_file else evalb.COLLINS
+        if args.max_error is not None:
+            params = dataclasses.replace(params, max_error=args.max_error)
+        result = evalb.evalb_files(args.gold, args.test, params)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        print(f"evalb: {error}", file=sys.stderr)
+        return 2
+    if args.debug or params.debug:
+        sys.stderr.write(evalb.format_debug(result))
+    if args.style == "1997":
+        for row in result.sentences:
+            if row.message:
+                print(row.message, file=sys.stderr)
+    sys.stdout.write(evalb.format_report(result, style=args.style))
+    if result.stopped_early:
+        print(
+            f"evalb: stopped after {params.max_error} error sentences (MAX_ERROR); the summary "
+            f"covers the first {len(result.sentences)} sentences only. Fix the inputs or raise "
+            "the limit with -e N.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Multi-head attention (section 3.2.2) with a fixed-size cache for decoding."""
+
+import keras
+from keras import ops
+
+# Added to the logits of masked keys; exp() of it underflows to exactly 0 in float32.
+_MASKED_LOGIT = -1e9
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class MultiHeadAttention(keras.layers.Layer):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, eq. 1 per head.
+
+    head_j = softmax(Q W_j^Q (K W_j^K)^T / sqrt(Dh)) V W_j^V, with h = `num_heads` heads
+    of width Dh = D / h. The four projections have biases (4 (D^2 + D) parameters).
+    Softmax runs in float32 whatever the compute dtype.
+
+    Three ways to call it:
+    - full: `layer(query, value, attention_mask=m)`; `value=None` means self-attention.
+    - precomputed keys/values: `layer(query, key_value=layer.compute_key_value(memory))`,
+      for encoder-decoder attention while decoding (projected once per sentence).
+    - cached self-attention step: `layer(x, cache=c, cache_index=i, attention_mask=m)`
+      with x [B, 1, D] and c = {"key", "value"} of [B, L, H, Dh]. The new key/value is
+      written at slot i with a select (no dynamic slicing, no growing tensors), so
+      shapes are static under `tf.function(jit_compile=True)`. Returns (output, new_cache).
+
+    Args:
+        num_heads: h.
+        hidden_size: D, width of the projections and of the output; divisible by h.
+        dropout: dropout rate on the attention weights.
+    """
+
+    def __init__(self, num_heads: int, hidden_size: int, dropout: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        if hidden_size % num_heads:
+            raise ValueError(
+                f"MultiHeadAttention: hidden_size {hidden_size} is not divisible by "
+                f"num_heads {num_heads}; choose a head count that divides it"
+            )
+        self.num_heads = num_heads
+        self.hidden_size = hidden_size
+        self.dropout = dropout
+        self.head_size = hidden_size // num_heads
+
+    def build(self, query_shape, value_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        heads = (None, self.num_heads, self.head_size)
+        self.query_dense = self._projection("query_dense")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._projection("key_dense")
+        self.key_dense.build(value_shape)
+        self.value_dense = self._projection("value_dense")
+        self.value_dense.build(value_shape)
+        self.output_dense = keras.layers.EinsumDense(
+            "bthk,hkd->btd",
+            output_shape=(None, self.hidden_size),
+            bias_axes="d",
+            name="output_dense",
+            dtype=self.dtype_policy,
+        )
+        self.output_dense.build((None, *heads))
+        self.attention_dropout = keras.layers.Dropout(
+            self.dropout, name="attention_dropout", dtype=self.dtype_policy
+        )
+        self.built = True
+
+    def _projection(self, name):
+        # [B, T, D_in] -> [B, T, H, Dh]
+        return keras.layers.EinsumDense(
+            "btd,dhk->bthk",
+            output_shape=(None, self.num_heads, self.head_size),
+            bias_axes="hk",
+            name=name,
+            dtype=self.dtype_policy,
+        )
+
+    def compute_key_value(self, value):
+        """Projects the memory once: {"key", "value"}, each [B, Tk, H, Dh]."""
+        return {"key": self.key_dense(value), "value": self.value_dense(value)}
+
+    def call(
+        self,
+        query,
+        value=None,
+        attention_mask=None,
+        key_value=None,
+        cache=None,
+        cache_index=None,
+        training=None,
+    ):
+        """Attends from `query` [B, Tq, D] to the keys/values of `value` [B, Tk, D].
+
+        Args:
+            query: [B, Tq, D_in].
+            value: [B, Tk, D_in] memory; None for self-attention (uses `query`).
+            attention_mask: bool, broadcastable to [B, Tq, Tk]; True = may attend.
+            key_value: precomputed {"key", "value"} [B, Tk, H, Dh]; replaces `value`.
+            cache: self-attention cache {"key", "value"} [B, L, H, Dh]; needs Tq = 1.
+            cache_index: scalar int, the slot the new key/value is written to.
+            training: enables attention-weights dropout.
+
+        Returns:
+            [B, Tq, D], or ([B, 1, D], new_cache) when `cache` is given.
+        """
+        query_heads = self.query_dense(query)  # [B, Tq, H, Dh]
+        query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
+        if key_value is None:
+            key_value = self.compute_key_value(query if value is None else value)
+        key, value_heads = key_value["key"], key_value["value"]  # [B, Tk, H, Dh]
+
+        new_cache = None
+        if cache is not None:
+            if cache_index is None:
+                raise ValueError("MultiHeadAttention: a cached call needs cache_index")
+            if query.shape[1] not in (None, 1):
+                raise ValueError(
+                    f"MultiHeadAttention: a cached call decodes one position; "
+                    f"got a query of length {query.shape[1]}"
+                )
+            length = ops.shape(cache["key"])[1]
+            slots = ops.arange(length)
+            write = ops.equal(slots, ops.cast(cache_index, slots.dtype))[None, :, None, None]
+            key = ops.where(write, key, cache["key"])  # [B, L, H, Dh]
+            value_heads = ops.where(write, value_heads, cache["value"])  # [B, L, H, Dh]
+            new_cache = {"key": key, "value": value_heads}
+
+        output = self._attend(query_heads, key, value_heads, attention_mask, training)
+        return output if new_cache is None else (output, new_cache)
+
+    def _attend(self, query, key, value, attention_mask, training):
+        scores = ops.einsum("bqhk,bthk->bhqt", query, key)  # [B, H, Tq, Tk]
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")[:, None, :, :]  # [B, 1, Tq, Tk]
+            scores = ops.where(mask, scores, _MASKED_LOGIT)
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        weights = self.attention_dropout(weights, training=training)
+        context = ops.einsum("bhqt,bthk->bqhk", weights, value)  # [B, Tq, H, Dh]
+        return self.output_dense(context)  # [B, Tq, D]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "hidden_size": self.hidden_size,
+                "dropout": self.dropout,
+            }
+        )
+        return config

@@ -1,0 +1,190 @@
+"""One decoder layer: masked self-attention, encoder-decoder attention, FFN (section 3.1)."""
+
+import keras
+from keras import ops
+
+from t2t_lite.layers import masks
+from t2t_lite.layers.attention import MultiHeadAttention
+from t2t_lite.layers.feed_forward import FeedForwardNetwork
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class TransformerDecoderLayer(keras.layers.Layer):
+    """Causal self-attention, attention over the encoder output, then FFN.
+
+    Each sub-layer is wrapped as in `TransformerEncoderLayer`: post-norm
+    LayerNorm(x + Dropout(Sublayer(x))) by default, pre-norm with `normalize_first`.
+
+    Two ways to call it:
+    - full sequence (teacher forcing): `layer(x, encoder_output=e, cross_attention_mask=m)`;
+      the self-attention mask defaults to the causal mask.
+    - one cached step: `layer(x, cross_key_value=kv, cross_attention_mask=m, cache=c,
+      cache_index=i)` with x [B, 1, D]; returns (y, new_cache). `kv` comes from
+      `compute_cross_key_value(encoder_output)`, `c` holds {"key", "value"} [B, L, H, Dh]
+      and the self-attention mask defaults to slots 0..i.
+
+    Args: as `TransformerEncoderLayer`.
+    """
+
+    def __init__(
+        self,
+        hidden_size: int,
+        filter_size: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        relu_dropout: float = 0.0,
+        normalize_first: bool = False,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.filter_size = filter_size
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.normalize_first = normalize_first
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+    def build(self, inputs_shape, encoder_output_shape=None):
+        encoder_output_shape = encoder_output_shape or inputs_shape
+        for name, memory_shape in (
+            ("self_attention", inputs_shape),
+            ("cross_attention", encoder_output_shape),
+        ):
+            attention = MultiHeadAttention(
+                self.num_heads,
+                self.hidden_size,
+                dropout=self.attention_dropout,
+                name=name,
+                dtype=self.dtype_policy,
+            )
+            attention.build(inputs_shape, memory_shape)
+            setattr(self, name, attention)
+            self._build_norm_and_dropout(name, inputs_shape)
+        self.feed_forward = FeedForwardNetwork(
+            self.hidden_size,
+            self.filter_size,
+            relu_dropout=self.relu_dropout,
+            name="feed_forward",
+            dtype=self.dtype_policy,
+        )
+        self.feed_forward.build(inputs_shape)
+        self._build_norm_and_dropout("feed_forward", inputs_shape)
+        self.built = True
+
+    def _build_norm_and_dropout(self, block, inputs_shape):
+        """Creates `{block}_layer_norm` and `{block}_dropout`."""
+        layer_norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon,
+            name=f"{block}_layer_norm",
+            dtype=self.dtype_policy,
+        )
+        layer_norm.build(inputs_shape)
+        setattr(self, f"{block}_layer_norm", layer_norm)
+        dropout = keras.layers.Dropout(
+            self.dropout, name=f"{block}_dropout", dtype=self.dtype_policy
+        )
+        setattr(self, f"{block}_dropout", dropout)
+
+    def compute_cross_key_value(self, encoder_output):
+        """Encoder-decoder keys/values, once per sentence: {"key", "value"} [B, S, H, Dh]."""
+        return self.cross_attention.compute_key_value(encoder_output)
+
+    def call(
+        self,
+        inputs,
+        encoder_output=None,
+        self_attention_mask=None,
+        cross_attention_mask=None,
+        cross_key_value=None,
+        cache=None,
+        cache_index=None,
+        training=None,
+    ):
+        """Maps [B, T, D] to [B, T, D] (or one cached step [B, 1, D]).
+
+        Args:
+            inputs: [B, T, D] decoder states (T = 1 for a cached step).
+            encoder_output: [B, S, D]; not needed when `cross_key_value` is given.
+            self_attention_mask: bool broadcastable to [B, T, T] (or [B, 1, L] when
+                cached); defaults to `causal_mask(T)` (or `step_mask(i, L)`).
+            cross_attention_mask: bool broadcastable to [B, T, S]; True at real source tokens.
+            cross_key_value: precomputed encoder-decoder {"key", "value"} [B, S, H, Dh].
+            cache: this layer's self-attention cache {"key", "value"} [B, L, H, Dh].
+            cache_index: scalar int i, the position decoded by a cached step.
+            training: enables dropout.
+
+        Returns:
+            [B, T, D], or ([B, 1, D], new_cache) when `cache` is given.
+        """
+        if encoder_output is None and cross_key_value is None:
+            raise ValueError(
+                "TransformerDecoderLayer needs encoder_output or cross_key_value to attend to"
+            )
+        if self_attention_mask is None:
+            if cache is None:
+                self_attention_mask = masks.causal_mask(ops.shape(inputs)[1])[None]
+            else:
+                cache_length = ops.shape(cache["key"])[1]
+                self_attention_mask = masks.step_mask(cache_index, cache_length)[None]
+
+        # Self-attention block.
+        residual = inputs
+        x = self.self_attention_layer_norm(inputs) if self.normalize_first else inputs
+        x = self.self_attention(
+            x,
+            attention_mask=self_attention_mask,
+            cache=cache,
+            cache_index=cache_index,
+            training=training,
+        )
+        new_cache = None
+        if cache is not None:
+            x, new_cache = x
+        x = residual + self.self_attention_dropout(x, training=training)
+        if not self.normalize_first:
+            x = self.self_attention_layer_norm(x)
+
+        # Encoder-decoder attention block.
+        residual = x
+        if self.normalize_first:
+            x = self.cross_attention_layer_norm(x)
+        x = self.cross_attention(
+            x,
+            value=encoder_output,
+            key_value=cross_key_value,
+            attention_mask=cross_attention_mask,
+            training=training,
+        )
+        x = residual + self.cross_attention_dropout(x, training=training)
+        if not self.normalize_first:
+            x = self.cross_attention_layer_norm(x)
+
+        # Feed-forward block.
+        residual = x
+        if self.normalize_first:
+            x = self.feed_forward_layer_norm(x)
+        x = self.feed_forward(x, training=training)
+        x = residual + self.feed_forward_dropout(x, training=training)
+        if not self.normalize_first:
+            x = self.feed_forward_layer_norm(x)
+        return x if new_cache is None else (x, new_cache)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "hidden_size": self.hidden_size,
+                "filter_size": self.filter_size,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "relu_dropout": self.relu_dropout,
+                "normalize_first": self.normalize_first,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

@@ -1,0 +1,384 @@
+"""The Transformer of "Attention Is All You Need" as one Keras model.
+
+The model exposes what training, decoding and export need and nothing else:
+`call` (teacher forcing), `encode`, `decode`, and the cached pair `init_cache` /
+`decode_step` that beam search drives through `symbols_to_logits_fn`.
+"""
+
+import keras
+from keras import ops
+
+from t2t_lite.layers import masks
+from t2t_lite.layers.decoder_layer import TransformerDecoderLayer
+from t2t_lite.layers.embedding import SharedEmbedding
+from t2t_lite.layers.encoder_layer import TransformerEncoderLayer
+from t2t_lite.layers.positions import LearnedPositionEmbedding, SinusoidalPositionEncoding
+
+
+def shift_targets_right(targets):
+    """Decoder input for teacher forcing: [t0, t1, ..., t_{T-1}] -> [0, t0, ..., t_{T-2}].
+
+    Args:
+        targets: int [B, T].
+
+    Returns:
+        int [B, T], starting with the padding id 0 (DESIGN.md).
+    """
+    return ops.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+
+
+@keras.saving.register_keras_serializable(package="t2t_lite")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer (section 3) with tied embeddings (section 3.4).
+
+    Vocabularies: with `target_vocab_size=None` and `shared_embedding=True`, one
+    [V, D] matrix (`token_embedding`) embeds source and target tokens and gives the
+    pre-softmax projection. Otherwise `source_embedding` embeds the source and
+    `target_embedding` embeds the target and gives the pre-softmax projection.
+
+    Dropout `dropout` applies to embeddings + positions and to every sub-layer output;
+    `attention_dropout` to attention weights, `relu_dropout` inside the FFN. With
+    `normalize_first` (pre-norm) a final LayerNorm follows each stack.
+
+    Args:
+        vocab_size: V, source vocabulary size (and target size when shared).
+        target_vocab_size: target vocabulary size, or None for the source's vocabulary.
+        num_encoder_layers, num_decoder_layers: N of each stack.
+        hidden_size: D. filter_size: d_ff. num_heads: h.
+        shared_embedding: one matrix for both vocabularies (needs target_vocab_size None).
+        position_encoding: "sinusoid" (section 3.5) or "learned" (Table 3, row E).
+        max_position: rows of the learned position table.
+        normalize_first: pre-norm instead of the paper's post-norm.
+        dropout, attention_dropout, relu_dropout: the rates above.
+        layer_norm_epsilon: LayerNorm's epsilon.
+        **kwargs: `name`, `dtype` (a dtype policy such as "mixed_bfloat16"), ...
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        target_vocab_size: int | None = None,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        hidden_size: int = 512,
+        filter_size: int = 2048,
+        num_heads: int = 8,
+        shared_embedding: bool = True,
+        position_encoding: str = "sinusoid",
+        max_position: int = 1024,
+        normalize_first: bool = False,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        relu_dropout: float = 0.0,
+        layer_norm_epsilon: float = 1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.target_vocab_size = target_vocab_size
+        self.num_encoder_layers = num_encoder_layers
+        self.num_decoder_layers = num_decoder_layers
+        self.hidden_size = hidden_size
+        self.filter_size = filter_size
+        self.num_heads = num_heads
+        self.shared_embedding = shared_embedding
+        self.position_encoding = position_encoding
+        self.max_position = max_position
+        self.normalize_first = normalize_first
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.relu_dropout = relu_dropout
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self._create_layers()
+
+    @property
+    def shares_vocabulary(self) -> bool:
+        """True when one matrix embeds source and target and gives the logits."""
+        return self.target_vocab_size is None and self.shared_embedding
+
+    def _create_layers(self):
+        policy = self.dtype_policy
+        if self.shares_vocabulary:
+            self.token_embedding = SharedEmbedding(
+                self.vocab_size, self.hidden_size, name="token_embedding", dtype=policy
+            )
+        else:
+            self.source_embedding = SharedEmbedding(
+                self.vocab_size, self.hidden_size, name="source_embedding", dtype=policy
+            )
+            self.target_embedding = SharedEmbedding(
+                self.target_vocab_size or self.vocab_size,
+                self.hidden_size,
+                name="target_embedding",
+                dtype=policy,
+            )
+        if self.position_encoding == "sinusoid":
+            self.position_embedding = SinusoidalPositionEncoding(
+                name="position_embedding", dtype=policy
+            )
+        elif self.position_encoding == "learned":
+            self.position_embedding = LearnedPositionEmbedding(
+                self.max_position, self.hidden_size, name="position_embedding", dtype=policy
+            )
+        else:
+            raise ValueError(
+                f"Transformer: position_encoding must be 'sinusoid' or 'learned', "
+                f"got {self.position_encoding!r}"
+            )
+        self.encoder_embedding_dropout = keras.layers.Dropout(
+            self.dropout, name="encoder_embedding_dropout", dtype=policy
+        )
+        self.decoder_embedding_dropout = keras.layers.Dropout(
+            self.dropout, name="decoder_embedding_dropout", dtype=policy
+        )
+        block = {
+            "hidden_size": self.hidden_size,
+            "filter_size": self.filter_size,
+            "num_heads": self.num_heads,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "relu_dropout": self.relu_dropout,
+            "normalize_first": self.normalize_first,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "dtype": policy,
+        }
+        # One attribute per layer (not a list): tf.train.Checkpoint and SavedModel track
+        # attributes, and Keras 3 lists of layers are invisible to them.
+        for i in range(self.num_encoder_layers):
+            name = f"encoder_layer_{i}"
+            setattr(self, name, TransformerEncoderLayer(name=name, **block))
+        for i in range(self.num_decoder_layers):
+            name = f"decoder_layer_{i}"
+            setattr(self, name, TransformerDecoderLayer(name=name, **block))
+        self.encoder_layer_norm = None
+        self.decoder_layer_norm = None
+        if self.normalize_first:
+            self.encoder_layer_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name="encoder_layer_norm", dtype=policy
+            )
+            self.decoder_layer_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, name="decoder_layer_norm", dtype=policy
+            )
+
+    @property
+    def encoder_layers(self) -> list:
+        """The encoder stack, attributes `encoder_layer_0` .. `encoder_layer_{N-1}`."""
+        return [getattr(self, f"encoder_layer_{i}") for i in range(self.num_encoder_layers)]
+
+    @property
+    def decoder_layers(self) -> list:
+        """The decoder stack, attributes `decoder_layer_0` .. `decoder_layer_{N-1}`."""
+        return [getattr(self, f"decoder_layer_{i}") for i in range(self.num_decoder_layers)]
+
+    def build(self, input_shape=None):
+        """Creates every weight; shapes come from the config, not from `input_shape`."""
+        states = (None, None, self.hidden_size)  # [B, T, D]
+        for embedding in {id(e): e for e in (self._source(), self._target())}.values():
+            embedding.build((None, None))
+        self.position_embedding.build(states)
+        for layer in self.encoder_layers:
+            layer.build(states)
+        for layer in self.decoder_layers:
+            layer.build(states, states)
+        for layer_norm in (self.encoder_layer_norm, self.decoder_layer_norm):
+            if layer_norm is not None:
+                layer_norm.build(states)
+        self.built = True
+
+    def _source(self) -> SharedEmbedding:
+        return self.token_embedding if self.shares_vocabulary else self.source_embedding
+
+    def _target(self) -> SharedEmbedding:
+        return self.token_embedding if self.shares_vocabulary else self.target_embedding
+
+    def _embed(self, embedding, ids, start_index, dropout, training):
+        """Token embedding * sqrt(D) + position encoding, then dropout: [B, T] -> [B, T, D]."""
+        x = embedding(ids)  # [B, T, D]
+        x = x + self.position_embedding(x, start_index=start_index)
+        return dropout(x, training=training)
+
+    def call(self, features, training=False):
+        """Teacher-forced logits.
+
+        Args:
+            features: {"inputs": int [B, S], "targets": int [B, T]}; 0 is padding.
+            training: enables dropout.
+
+        Returns:
+            float32 logits [B, T, V_target] for predicting `targets`.
+        """
+        missing = sorted({"inputs", "targets"} - set(features))
+        if missing:
+            raise KeyError(
+                f"Transformer.call: features lack {missing}; pass a dict with int tensors "
+                "'inputs' [B, S] and 'targets' [B, T]"
+            )
+        encoder_output, encoder_mask = self.encode(features["inputs"], training=training)
+        decoder_input = shift_targets_right(features["targets"])
+        return self.decode(decoder_input, encoder_output, encoder_mask, training=training)
+
+    def encode(self, inputs, training=False):
+        """Runs the encoder stack.
+
+        Args:
+            inputs: int source ids [B, S]; 0 is padding.
+            training: enables dropout.
+
+        Returns:
+            (encoder_output [B, S, D] in the compute dtype, encoder_mask bool [B, S]).
+        """
+        encoder_mask = masks.padding_mask(inputs)  # [B, S]
+        x = self._embed(self._source(), inputs, 0, self.encoder_embedding_dropout, training)
+        attention_mask = masks.attention_mask(encoder_mask, query_length=ops.shape(inputs)[1])
+        for layer in self.encoder_layers:
+            x = layer(x, attention_mask=attention_mask, training=training)
+        if self.encoder_layer_norm is not None:
+            x = self.encoder_layer_norm(x)
+        return x, encoder_mask
+
+    def decode(self, decoder_input_ids, encoder_output, encoder_mask, training=False):
+        """Runs the decoder stack over a whole (shifted-right) target sequence.
+
+        Args:
+            decoder_input_ids: int [B, T], starting with 0.
+            encoder_output: [B, S, D] from `encode`.
+            encoder_mask: bool [B, S] from `encode`.
+            training: enables dropout.
+
+        Returns:
+            float32 logits [B, T, V_target].
+        """
+        x = self._embed(
+            self._target(), decoder_input_ids, 0, self.decoder_embedding_dropout, training
+        )
+        length = ops.shape(decoder_input_ids)[1]
+        self_attention_mask = masks.causal_mask(length)[None]  # [1, T, T]
+        cross_attention_mask = masks.attention_mask(encoder_mask, query_length=length)
+        for layer in self.decoder_layers:
+            x = layer(
+                x,
+                encoder_output=encoder_output,
+                self_attention_mask=self_attention_mask,
+                cross_attention_mask=cross_attention_mask,
+                training=training,
+            )
+        return self._logits(x)
+
+    def _logits(self, x):
+        """Final LayerNorm (pre-norm only) and the tied pre-softmax projection, float32."""
+        if self.decoder_layer_norm is not None:
+            x = self.decoder_layer_norm(x)
+        return ops.cast(self._target().attend(x), "float32")  # [B, T, V]
+
+    def init_cache(self, encoder_output, encoder_mask, max_decode_length):
+        """The decoding state, every leaf with leading dimension B.
+
+        Args:
+            encoder_output: [B, S, D] from `encode`.
+            encoder_mask: bool [B, S] from `encode`.
+            max_decode_length: L, number of positions the self-attention cache holds
+                (a Python int keeps shapes static for XLA).
+
+        Returns:
+            {"encoder_mask": bool [B, S],
+             "decoder_layer_<n>": {
+                 "self_attention": {"key": [B, L, H, Dh], "value": [B, L, H, Dh]},  # zeros
+                 "cross_attention": {"key": [B, S, H, Dh], "value": [B, S, H, Dh]}}}
+            for n in 0..N-1; float leaves are in the compute dtype.
+        """
+        batch = ops.shape(encoder_output)[0]
+        head_size = self.hidden_size // self.num_heads
+        empty = ops.zeros(
+            (batch, max_decode_length, self.num_heads, head_size), dtype=self.compute_dtype
+        )
+        cache = {"encoder_mask": ops.cast(encoder_mask, "bool")}
+        for layer in self.decoder_layers:
+            cache[layer.name] = {
+                "self_attention": {"key": empty, "value": empty},
+                "cross_attention": layer.compute_cross_key_value(encoder_output),
+            }
+        return cache
+
+    def decode_step(self, ids, i, cache):
+        """One cached decoder step (eval mode): feeds `ids` at position i.
+
+        Args:
+            ids: int [B], the token at position i of the decoder input (0 when i = 0,
+                then the token predicted for position i - 1).
+            i: scalar int, the position, 0 <= i < L.
+            cache: from `init_cache` or the previous step.
+
+        Returns:
+            (float32 logits [B, V_target] for position i, the cache with slot i filled).
+        """
+        i = ops.cast(i, "int32")
+        x = self._embed(
+            self._target(), ops.expand_dims(ids, 1), i, self.decoder_embedding_dropout, False
+        )  # [B, 1, D]
+        encoder_mask = cache["encoder_mask"]
+        cross_attention_mask = encoder_mask[:, None, :]  # [B, 1, S]
+        new_cache = {"encoder_mask": encoder_mask}
+        for layer in self.decoder_layers:
+            layer_cache = cache[layer.name]
+            x, self_attention_cache = layer(
+                x,
+                cross_key_value=layer_cache["cross_attention"],
+                cross_attention_mask=cross_attention_mask,
+                cache=layer_cache["self_attention"],
+                cache_index=i,
+                training=False,
+            )
+            new_cache[layer.name] = {
+                "self_attention": self_attention_cache,
+                "cross_attention": layer_cache["cross_attention"],
+            }
+        return self._logits(x)[:, 0, :], new_cache
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocab_size": self.vocab_size,
+                "target_vocab_size": self.target_vocab_size,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "hidden_size": self.hidden_size,
+                "filter_size": self.filter_size,
+                "num_heads": self.num_heads,
+                "shared_embedding": self.shared_embedding,
+                "position_encoding": self.position_encoding,
+                "max_position": self.max_position,
+                "normalize_first": self.normalize_first,
+                "dropout": self.dropout,
+                "attention_dropout": self.attention_dropout,
+                "relu_dropout": self.relu_dropout,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config
+
+
+def build_transformer(hp, vocab_size: int, target_vocab_size: int | None = None) -> Transformer:
+    """Creates and builds (all weights created) the Transformer that `hp` describes.
+
+    Args:
+        hp: a `t2t_lite.hparams.HParams`; its model fields, dropout rates and dtype_policy
+            are used.
+        vocab_size: V of the (shared or source) vocabulary.
+        target_vocab_size: size of a separate target vocabulary, or None.
+
+    Returns:
+        A built `Transformer` named "transformer".
+    """
+    model = Transformer(
+        vocab_size=vocab_size,
+        target_vocab_size=target_vocab_size,
+        dropout=hp.dropout,
+        attention_dropout=hp.attention_dropout,
+        relu_dropout=hp.relu_dropout,
+        dtype=hp.dtype_policy,
+        name="transformer",
+        **hp.model_fields(),
+    )
+    model.build()
+    return model

@@ -1,0 +1,179 @@
+"""Tests for checkpoint averaging on real checkpoints of a small Keras 3 model trained with Adam."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.training.averaging import (
+    OBJECT_GRAPH_KEY,
+    PROVENANCE_FILE,
+    average_last_checkpoints,
+)
+
+NUM_SAVES = 4
+
+
+def _model_and_optimizer(hidden: int = 8):
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(5,)),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(3),
+        ]
+    )
+    optimizer = keras.optimizers.Adam(learning_rate=0.05)
+    optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def _train_and_save(output_dir, hidden: int = 8, steps: int = NUM_SAVES, first_step: int = 1):
+    """Takes real Adam steps on random data and saves with a CheckpointManager after each."""
+    keras.utils.set_random_seed(first_step)
+    model, optimizer = _model_and_optimizer(hidden)
+    step = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step)
+    manager = tf.train.CheckpointManager(checkpoint, str(output_dir), max_to_keep=10)
+    rng = np.random.default_rng(first_step)
+    for number in range(first_step, first_step + steps):
+        x = rng.normal(size=(16, 5)).astype("float32")
+        y = rng.normal(size=(16, 3)).astype("float32")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        step.assign(number)
+        manager.save(checkpoint_number=number)
+
+
+def _restore(path):
+    """Restores `path` into a freshly built model; returns (model, optimizer, step)."""
+    model, optimizer = _model_and_optimizer()
+    step = tf.Variable(-1, dtype=tf.int64)
+    status = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step).restore(path)
+    status.assert_consumed().assert_existing_objects_matched()
+    return model, optimizer, step
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run")
+    _train_and_save(output_dir)
+    return str(output_dir)
+
+
+def test_average_of_last_three_restores_as_the_mean_of_the_three(run_dir):
+    prefix = average_last_checkpoints(run_dir, num_last=3)
+    averaged_dir = os.path.join(run_dir, "averaged")
+    assert prefix == os.path.join(averaged_dir, f"ckpt-{NUM_SAVES}")
+    assert tf.train.latest_checkpoint(averaged_dir) == prefix
+
+    # Each source checkpoint read independently, by object-based restore into its own model.
+    sources = [_restore(os.path.join(run_dir, f"ckpt-{n}")) for n in (2, 3, 4)]
+    model, optimizer, step = _restore(prefix)
+
+    for i, variable in enumerate(model.weights):
+        values = np.stack([source[0].weights[i].numpy() for source in sources]).astype(np.float64)
+        np.testing.assert_allclose(variable.numpy(), values.mean(axis=0), rtol=1e-6, atol=1e-7)
+        assert not np.allclose(variable.numpy(), values[-1])  # not just the newest
+    for i, variable in enumerate(optimizer.variables):
+        values = [source[1].variables[i].numpy() for source in sources]
+        if keras.backend.is_float_dtype(
+            variable.dtype
+        ):  # Adam moments and the learning rate: averaged
+            expected = np.mean(np.stack(values).astype(np.float64), axis=0)
+            np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6, atol=1e-9)
+        else:  # the iteration counter: copied from the newest
+            assert variable.numpy() == values[-1]
+    assert int(optimizer.iterations.numpy()) == NUM_SAVES
+    assert int(step.numpy()) == NUM_SAVES
+
+
+def test_averaged_bundle_has_the_same_keys_and_dtypes_and_means_per_key(run_dir):
+    prefix = average_last_checkpoints(run_dir, num_last=3, averaged_dir=f"{run_dir}/avg3")
+    averaged = tf.train.load_checkpoint(prefix)
+    readers = [tf.train.load_checkpoint(os.path.join(run_dir, f"ckpt-{n}")) for n in (2, 3, 4)]
+    dtypes = readers[-1].get_variable_to_dtype_map()
+    assert averaged.get_variable_to_dtype_map() == dtypes
+    assert averaged.get_variable_to_shape_map() == readers[-1].get_variable_to_shape_map()
+    num_float = 0
+    for key, dtype in dtypes.items():
+        if dtype.is_floating:
+            num_float += 1
+            stacked = np.stack([r.get_tensor(key) for r in readers]).astype(np.float64)
+            np.testing.assert_allclose(averaged.get_tensor(key), stacked.mean(axis=0), rtol=1e-6)
+        else:
+            np.testing.assert_array_equal(averaged.get_tensor(key), readers[-1].get_tensor(key))
+    assert num_float >= 4 * 3  # 4 weights, their 2 Adam moments each
+    assert averaged.get_tensor(OBJECT_GRAPH_KEY) == readers[-1].get_tensor(OBJECT_GRAPH_KEY)
+    provenance = json.loads(open(os.path.join(run_dir, "avg3", PROVENANCE_FILE)).read())
+    assert [os.path.basename(p) for p in provenance["sources"]] == ["ckpt-2", "ckpt-3", "ckpt-4"]
+
+
+def test_fewer_checkpoints_than_asked_is_an_error_unless_allowed(run_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"lists 4 checkpoint\(s\).*but 10 were asked for"):
+        average_last_checkpoints(run_dir, num_last=10, averaged_dir=str(tmp_path / "a"))
+    prefix = average_last_checkpoints(
+        run_dir, num_last=10, averaged_dir=str(tmp_path / "b"), allow_fewer=True
+    )
+    provenance = json.loads((tmp_path / "b" / PROVENANCE_FILE).read_text())
+    assert provenance["num_averaged"] == NUM_SAVES
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    assert tf.train.load_checkpoint(prefix).get_tensor(key) == NUM_SAVES
+
+
+def test_no_checkpoints_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No checkpoints in"):
+        average_last_checkpoints(str(tmp_path), num_last=5)
+
+
+def test_averaged_dir_may_not_be_the_training_dir(run_dir):
+    with pytest.raises(ValueError, match="is the training directory"):
+        average_last_checkpoints(run_dir, num_last=2, averaged_dir=run_dir + "/")
+
+
+def test_shape_mismatch_names_the_variable_and_both_files(tmp_path):
+    _train_and_save(tmp_path, hidden=8, steps=1, first_step=1)
+    _train_and_save(tmp_path, hidden=6, steps=1, first_step=2)  # same directory, other width
+    with pytest.raises(
+        ValueError, match=r"has shape \[(5, 8|8)\] in .*ckpt-1 but \[(5, 6|6)\] in .*ckpt-2"
+    ):
+        average_last_checkpoints(str(tmp_path), num_last=2)
+
+
+def test_command_line_writes_a_restorable_average(run_dir, tmp_path):
+    averaged_dir = tmp_path / "cli"
+    command = [sys.executable, "-m", "t2t_lite.avg_checkpoints", f"--output_dir={run_dir}"]
+    done = subprocess.run(
+        command + ["--num_last=2", f"--averaged_dir={averaged_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    prefix = done.stdout.strip().splitlines()[-1]
+    assert prefix == tf.train.latest_checkpoint(str(averaged_dir))
+    model, _, _ = _restore(prefix)
+    newest = [_restore(os.path.join(run_dir, f"ckpt-{n}"))[0] for n in (3, 4)]
+    for i, variable in enumerate(model.weights):
+        expected = (newest[0].weights[i].numpy() + newest[1].weights[i].numpy()) / 2
+        np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_command_line_reports_errors_without_a_traceback(run_dir, tmp_path):
+    command = [sys.executable, "-m", "t2t_lite.avg_checkpoints", f"--output_dir={run_dir}"]
+    done = subprocess.run(
+        command + ["--num_last=20", f"--averaged_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "avg_checkpoints: " in done.stderr and "but 20 were asked for" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None

@@ -1,0 +1,188 @@
+"""The trainer end to end on a generated problem: files, events, resume, refusals, errors."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from t2t_lite import hparams
+from t2t_lite.training import run_dir, trainer
+
+TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
+
+
+def _hp(extra=""):
+    return hparams.override(hparams.get("transformer_tiny"), ",".join(filter(None, [TINY, extra])))
+
+
+def _config(output_dir, **overrides):
+    values = dict(
+        problem="algorithmic_copy",
+        output_dir=str(output_dir),
+        train_steps=6,
+        eval_steps=2,
+        eval_every=3,
+        save_every=3,
+        log_every=2,
+        keep_checkpoints=5,
+    )
+    values.update(overrides)
+    return trainer.RunConfig(**values)
+
+
+def _events(folder):
+    """{tag: [steps]} read back from the TensorBoard event files in `folder`."""
+    tags = {}
+    for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append(event.step)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("run")
+    lines = []
+    metrics = trainer.train_and_evaluate(_config(output_dir), _hp(), printer=lines.append)
+    return output_dir, lines, metrics
+
+
+def test_run_writes_checkpoints_hparams_and_manifest(finished_run):
+    output_dir, _, metrics = finished_run
+    assert tf.train.latest_checkpoint(str(output_dir)).endswith("ckpt-6")
+    reader = tf.train.load_checkpoint(str(output_dir))
+    steps = [k for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/_iterations")]
+    assert steps and reader.get_tensor(steps[0]) == 6
+    assert hparams.HParams.from_json((output_dir / "hparams.json").read_text()) == _hp()
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    assert manifest["problem"] == "algorithmic_copy"
+    assert manifest["hparams"]["hidden_size"] == 32
+    for key in ("seed", "data_fingerprint", "t2t_lite_version", "command_line", "parameters"):
+        assert key in manifest
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["perplexity"] >= 1.0
+
+
+def test_tensorboard_events_have_tags_and_steps(finished_run):
+    output_dir, _, _ = finished_run
+    train = _events(output_dir / "train")
+    for tag in ("loss", "lr", "grad_norm", "tokens_per_sec"):
+        assert train[tag] == [2, 4, 6], tag
+    evaluation = _events(output_dir / "eval")
+    for tag in ("loss", "accuracy", "perplexity"):
+        assert evaluation[tag] == [3, 6], tag
+
+
+def test_progress_lines_show_step_loss_rate_and_eta(finished_run):
+    _, lines, _ = finished_run
+    assert any(line.startswith("batching: 256 tokens per replica x 1 replicas") for line in lines)
+    progress = [line for line in lines if line.startswith("step ")]
+    assert len(progress) == 3
+    assert all("loss" in line and "tok/s" in line and "ETA" in line for line in progress)
+
+
+def test_rerun_resumes_at_the_saved_step(finished_run, tmp_path):
+    output_dir, _, _ = finished_run
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(output_dir), str(copy)], check=True)
+    saved = tf.train.load_checkpoint(str(copy))
+    lines = []
+    trainer.train_and_evaluate(_config(copy, train_steps=8), _hp(), printer=lines.append)
+    assert any("resumed from" in line and "at step 6" in line for line in lines)
+    assert [line.split()[1] for line in lines if line.startswith("step ")] == ["8/8"]
+    resumed = tf.train.load_checkpoint(str(copy))
+    key = next(
+        k
+        for k in saved.get_variable_to_shape_map()
+        if "token_embedding" in k and k.endswith("VARIABLE_VALUE") and "optimizer" not in k
+    )
+    assert not (saved.get_tensor(key) == resumed.get_tensor(key)).all()
+
+
+def test_resume_with_other_model_hparams_is_refused(finished_run):
+    output_dir, _, _ = finished_run
+    with pytest.raises(run_dir.RunDirError, match="hidden_size: 32 -> 64"):
+        trainer.train_and_evaluate(_config(output_dir), _hp("hidden_size=64"))
+
+
+def test_resume_with_another_problem_is_refused(finished_run):
+    output_dir, _, _ = finished_run
+    with pytest.raises(run_dir.RunDirError, match="trained on problem algorithmic_copy"):
+        trainer.train_and_evaluate(_config(output_dir, problem="algorithmic_reverse"), _hp())
+
+
+def _cli(*args, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, "-m", "t2t_lite.trainer", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--problem=no_such_problem"], "unknown problem 'no_such_problem'; known problems:"),
+        (["--hparams_set=transformer_huge"], "unknown hparams set 'transformer_huge'"),
+        (["--hparams=hiden_size=3"], "unknown hparam 'hiden_size'"),
+        (["--output_dir=/proc/t2t_lite_cannot_write"], "cannot be created or written"),
+    ],
+)
+def test_command_line_errors_are_one_clear_line(args, message, tmp_path):
+    base = [f"--output_dir={tmp_path / 'out'}"]
+    result = _cli(*base, *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigkill_loses_only_unsaved_steps(tmp_path):
+    """Killed mid-run, the folder still resumes from its newest complete checkpoint."""
+    output_dir = tmp_path / "killed"
+    args = [
+        "--problem=algorithmic_copy",
+        f"--output_dir={output_dir}",
+        f"--hparams={TINY}",
+        "--train_steps=100000",
+        "--save_every=5",
+        "--log_every=5",
+        "--eval_every=100000",
+        "--keep_checkpoints=3",
+    ]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "t2t_lite.trainer", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        # Wait until at least two checkpoints exist, then kill without warning.
+        while len(glob.glob(str(output_dir / "ckpt-*.index"))) < 2:
+            assert process.poll() is None, "trainer exited early"
+            assert time.monotonic() < deadline, "no checkpoints within 240 s"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    latest = tf.train.latest_checkpoint(str(output_dir))
+    saved_step = int(latest.rsplit("-", 1)[1])
+    assert saved_step % 5 == 0 and saved_step >= 10
+    result = _cli(
+        *[a.replace("--train_steps=100000", f"--train_steps={saved_step + 5}") for a in args]
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"at step {saved_step}" in result.stdout
+    assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{saved_step + 5}")

@@ -1,0 +1,170 @@
+"""Constituency trees: parsing, preprocessing, linearization round trips and repair."""
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from t2t_lite.metrics import evalb
+from t2t_lite.problems import trees
+
+WSJ = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "wsj_sample"
+    / "wsj_0001-0179.oneline.mrg"
+)
+JOHN = "(S (NP (NNP John)) (VP (VBZ sleeps)) (. .))"
+
+
+@pytest.fixture(scope="module")
+def wsj_lines():
+    return WSJ.read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def wsj_trees(wsj_lines):
+    return trees.parse_trees("\n".join(wsj_lines), source=str(WSJ))
+
+
+def test_parse_odd_whitespace_multiline_and_outer_bracket():
+    text = "  ( (S\n\t(NP (DT the)   (NN dog))\n\n  (VP (VBZ barks))) )\n((S (NP (PRP it))))\r\n"
+    first, second = trees.parse_trees(text)
+    assert first.label == "" and str(first) == "( (S (NP (DT the) (NN dog)) (VP (VBZ barks))))"
+    assert trees.words(first) == ["the", "dog", "barks"]
+    assert str(second) == "( (S (NP (PRP it))))"
+    assert trees.parse_tree(JOHN) == trees.Tree(
+        "S",
+        (
+            trees.Tree("NP", (trees.preterminal("NNP", "John"),)),
+            trees.Tree("VP", (trees.preterminal("VBZ", "sleeps"),)),
+            trees.preterminal(".", "."),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "(S (NP (DT a)))\n(S (NP (DT a))))",
+            r"f\.mrg, tree 2, line 2: '\)' after this tree closes nothing",
+        ),
+        ("(S (A (B x)))\n\n(S\n (NP (DT a)\n", r"f\.mrg, tree 2, line 3: .*2 open bracket"),
+        ("(S (A (B x))) stray", r"f\.mrg, tree 2, line 1: word 'stray' outside any bracket"),
+        ("(S\n (NP (DT a) b))", r"f\.mrg, tree 1, line 2: constituent 'NP' mixes words"),
+        ("(S (NP (DT a)) (VP ))", r"f\.mrg, tree 1, line 1: constituent 'VP' has no children"),
+    ],
+)
+def test_parse_errors_name_tree_and_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        trees.parse_trees(text, source="f.mrg")
+
+
+def test_printing_reproduces_the_treebank_lines(wsj_lines, wsj_trees):
+    assert len(wsj_trees) == len(wsj_lines) == 3669
+    for line, tree in zip(wsj_lines, wsj_trees):
+        assert trees.to_string(tree).replace("( (", "((", 1) == line
+
+
+def test_preprocess_readme_example_and_labels():
+    raw = (
+        "( (S (NP-SBJ-1 (PRP He)) (VP (VBD reported) (SBAR (-NONE- 0) (S (-NONE- *T*-1)))) "
+        "(PRT|ADVP (RP up)) (NP=2 (-LRB- -LRB-) (NN x)) (ADVP-PRD-LOC=3 (RB here)) (. .)) )"
+    )
+    tree = trees.preprocess(trees.parse_tree(raw))
+    assert str(tree) == (
+        "(S (NP (PRP He)) (VP (VBD reported)) (PRT (RP up)) (NP (-LRB- -LRB-) (NN x)) "
+        "(ADVP (RB here)) (. .))"
+    )
+    assert trees.strip_function_tags("NP-SBJ=1-3") == "NP"
+    assert trees.strip_function_tags("-NONE-") == "-NONE-"
+    assert trees.strip_function_tags("ADVP|PRT") == "ADVP"
+    # The outer root goes only when it wraps one phrase; TOP is treated the same way.
+    assert str(trees.preprocess(trees.parse_tree("(TOP (S (NN a)))"))) == "(S (NN a))"
+    assert str(trees.preprocess(trees.parse_tree("( (NN Yes) )"))) == "( (NN Yes))"
+    with pytest.raises(ValueError, match="only empty elements"):
+        trees.preprocess(trees.parse_tree("(S (NP (-NONE- *)))"))
+
+
+def test_preprocessed_wsj_matches_evalb_view_of_raw_trees(wsj_lines, wsj_trees):
+    """Preprocessing keeps exactly the words and brackets that EVALB scores on raw gold."""
+    processed = [trees.preprocess(tree) for tree in wsj_trees]
+    text = "\n".join(str(tree) for tree in processed)
+    assert "-NONE-" not in text and not re.search(r"\((?!-)[^\s()]*[-=|][^\s()]* \(", text)
+    preterminal = re.compile(r"\((?!-NONE-)[^\s()]+ [^\s()]+\)")
+    raw_words = sum(len(preterminal.findall(line)) for line in wsj_lines)
+    assert sum(len(trees.words(tree)) for tree in processed) == raw_words
+    result = evalb.evalb_score(wsj_lines, processed, evalb.COLLINS)
+    # Identical but for the one disjunctive label ADVP|PRT, which EVALB keeps as a label.
+    assert (result.all.errors, result.all.gold - result.all.matched) == (0, 1)
+    assert wsj_lines[result.sentences[2560].sent_id - 1].count("ADVP|PRT") == 1
+    assert result.sentences[2560].matched == result.sentences[2560].gold - 1
+
+
+def test_linearize_hand_example():
+    tree = trees.parse_tree(JOHN)
+    assert trees.linearize(tree) == "(S (NP XX )NP (VP XX )VP XX )S".split()
+    assert trees.linearize(tree, keep_pos=True) == "(S (NP NNP )NP (VP VBZ )VP . )S".split()
+    assert trees.tagged_words(tree) == [("John", "NNP"), ("sleeps", "VBZ"), (".", ".")]
+
+
+def test_round_trip_on_all_wsj_trees(wsj_trees):
+    for tree in map(trees.preprocess, wsj_trees):
+        words, tags = trees.words(tree), trees.tags(tree)
+        assert trees.delinearize(trees.linearize(tree, keep_pos=True), words) == tree
+        placeholder = trees.linearize(tree)
+        assert trees.delinearize(placeholder, words, tags=tags) == tree
+        assert trees.linearize(trees.delinearize(placeholder, words)) == placeholder
+
+
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        # Closing brackets with nothing open are ignored; what follows the closed root goes,
+        # with it, under a new root. Missing closing brackets are added.
+        ("(S (NP XX )NP )S )S )NP (VP XX )VP", "(S (S (NP (XX a))) (VP (XX b)))"),
+        ("(S (NP XX (VP XX", "(S (NP (XX a) (VP (XX b))))"),
+        # A mismatched closing label closes the innermost constituent.
+        ("(S (NP XX )VP (VP XX )NP )S", "(S (NP (XX a)) (VP (XX b)))"),
+        # Too many preterminals: the extra ones (and what they alone fill) are dropped.
+        ("(S (NP XX XX )NP (VP XX )VP )S", "(S (NP (XX a) (XX b)))"),
+        # Too few: the words left over join the root.
+        ("(S (NP XX )NP )S", "(S (NP (XX a)) (XX b))"),
+        # No tokens, or pieces without a common root: a new root holds them.
+        ("", "(S (XX a) (XX b))"),
+        ("(NP XX )NP (VP XX )VP", "(S (NP (XX a)) (VP (XX b)))"),
+        # Unwritable labels and tags are replaced.
+        ("( (( NN x(y", "(X (X (NN a) (XX b)))"),
+    ],
+)
+def test_delinearize_repairs(tokens, expected):
+    assert str(trees.delinearize(tokens.split(), ["a", "b"])) == expected
+
+
+def test_delinearize_any_garbage_gives_a_tree_over_the_words():
+    rng = random.Random(1234)
+    vocab = ["(S", "(NP", "(VP", "(PP", ")S", ")NP", ")VP", ")", "(", "XX", "NN", ".", "<unk>"]
+    for _ in range(2000):
+        words = [f"w{i}" for i in range(rng.randint(1, 12))]
+        tokens = [rng.choice(vocab) for _ in range(rng.randint(0, 40))]
+        tree = trees.delinearize(tokens, words)
+        assert trees.words(tree) == words
+        assert trees.parse_tree(str(tree)) == tree  # valid bracket format, nothing empty
+        tree = trees.delinearize(tokens, words, tags=["T"] * len(words))
+        assert trees.tags(tree) == ["T"] * len(words)
+    with pytest.raises(ValueError, match="at least one word"):
+        trees.delinearize(["(S", ")S"], [])
+    with pytest.raises(ValueError, match="got 1 tags for 2 words"):
+        trees.delinearize([], ["a", "b"], tags=["NN"])
+
+
+def test_right_branching_baseline():
+    assert str(trees.right_branching(["a", "b", "c", "d"])) == (
+        "(S (XX a) (S (XX b) (S (XX c) (XX d))))"
+    )
+    assert str(trees.right_branching(["a"], tags=["NN"])) == "(S (NN a))"
+    tree = trees.right_branching(["a", "b", "c"], tags=["DT", "NN", "."], label="X")
+    assert str(tree) == "(X (DT a) (X (NN b) (. c)))"
