@@ -3,14 +3,13 @@
 import re
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 _HERE = Path(__file__).parent
 _VERSION = re.search(
     r'__version__ = "([^"]+)"', (_HERE / "t2t_lite" / "__init__.py").read_text()
 ).group(1)
 
-_SUBPACKAGES = ["layers", "models", "training", "decoding", "export", "serving", "metrics"]
 
 setup(
     name="t2t_lite",
@@ -23,7 +22,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=["t2t_lite", "t2t_lite.problems", "t2t_lite.hparams"]
-    + [f"t2t_lite.{name}" for name in _SUBPACKAGES],
+    + [f"t2t_lite.{name}" for name in find_packages("t2t_lite")],
     package_dir={
         "t2t_lite": "t2t_lite",
         "t2t_lite.problems": "problems",
