@@ -60,5 +60,9 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run() -> None:
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

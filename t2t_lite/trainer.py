@@ -1,8 +1,11 @@
 """Trains a problem with an hparams set: `python -m t2t_lite.trainer --problem=... --hparams_set=...`."""
 
+import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("problem", "algorithmic_reverse", "Registered problem name.")
@@ -32,6 +35,8 @@ flags.mark_flag_as_required("output_dir")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
     from t2t_lite import hparams, problems
     from t2t_lite.training import run_dir, trainer
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics: corpus BLEU (sacreBLEU and the paper's tokenized BLEU)."""
+"""Evaluation metrics: corpus BLEU (sacreBLEU and the paper's tokenized BLEU) and EVALB."""
 
 from t2t_lite.metrics.bleu import (
     SACREBLEU_LABEL,
@@ -12,8 +12,14 @@ from t2t_lite.metrics.bleu import (
     tokenized_bleu,
     write_bleu_json,
 )
+from t2t_lite.metrics.evalb import COLLINS, bracket_f1, evalb_score, format_report, load_params
 
 __all__ = [
+    "COLLINS",
+    "bracket_f1",
+    "evalb_score",
+    "format_report",
+    "load_params",
     "SACREBLEU_LABEL",
     "TOKENIZED_LABEL",
     "BleuResult",

@@ -1,5 +1,6 @@
-"""Training: the schedule, the loss, the distributed step and the run loop."""
+"""Training: the schedule, the loss, the distributed step, the run loop, checkpoint averaging."""
 
+from t2t_lite.training.averaging import average_last_checkpoints
 from t2t_lite.training.schedule import TransformerSchedule
 
-__all__ = ["TransformerSchedule"]
+__all__ = ["TransformerSchedule", "average_last_checkpoints"]
