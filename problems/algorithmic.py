@@ -69,11 +69,12 @@ class AlgorithmicProblem(Problem):
     def generate(self, split: str):
         """Yields (inputs, targets) id arrays, EOS-terminated, deterministically per split."""
         rng = np.random.default_rng(_SEEDS[split])
-        for _ in range(self.num_examples[split]):
-            length = rng.integers(1, self.train_length + 1)
-            symbols = rng.integers(0, self.num_symbols, size=length)
-            inputs = np.append(symbols + _FIRST_SYMBOL_ID, EOS_ID)
-            targets = np.append(self.transform(symbols) + _FIRST_SYMBOL_ID, EOS_ID)
+        count = self.num_examples[split]
+        lengths = rng.integers(1, self.train_length + 1, size=count)
+        symbols = rng.integers(0, self.num_symbols, size=int(lengths.sum()))
+        for row in np.split(symbols, np.cumsum(lengths)[:-1]):
+            inputs = np.append(row + _FIRST_SYMBOL_ID, EOS_ID)
+            targets = np.append(self.transform(row) + _FIRST_SYMBOL_ID, EOS_ID)
             yield inputs.astype(np.int64), targets.astype(np.int64)
 
     def examples(self, split: str, data_dir: str) -> tf.data.Dataset:
@@ -81,13 +82,14 @@ class AlgorithmicProblem(Problem):
         if split not in _SEEDS:
             raise ValueError(f"problem {self.name} has splits {sorted(_SEEDS)}, not {split!r}")
         pairs = list(self.generate(split))
-        inputs = tf.ragged.constant([p[0] for p in pairs], dtype=tf.int64)
-        targets = tf.ragged.constant([p[1] for p in pairs], dtype=tf.int64)
-        dataset = tf.data.Dataset.from_tensor_slices({"inputs": inputs, "targets": targets})
-        # Ragged slices arrive as RaggedTensor rows of rank 1; make them dense vectors.
-        return dataset.map(
-            lambda e: {k: v if isinstance(v, tf.Tensor) else v.flat_values for k, v in e.items()}
-        )
+        features = {}
+        for index, name in enumerate(("inputs", "targets")):
+            rows = [pair[index] for pair in pairs]
+            features[name] = tf.RaggedTensor.from_row_lengths(
+                np.concatenate(rows), [len(row) for row in rows]
+            )
+        # Each slice of a [N, None] ragged tensor is a dense int64 vector.
+        return tf.data.Dataset.from_tensor_slices(features)
 
     def fingerprint(self, data_dir: str) -> str:
         del data_dir
