@@ -3,12 +3,18 @@
 The registry is an explicit table: a problem is available when it is listed here.
 """
 
-from t2t_lite.problems import algorithmic
+from t2t_lite.problems import algorithmic, multi30k, wmt
 from t2t_lite.problems.problem import EOS_ID, PAD_ID, Problem, TextEncoder
 
 _PROBLEMS = (
     algorithmic.AlgorithmicCopy,
     algorithmic.AlgorithmicReverse,
+    multi30k.Multi30kEnDe,
+    multi30k.Multi30kEnFr,
+    wmt.Wmt14EnDe,
+    wmt.Wmt14DeEn,
+    wmt.Wmt14EnFr,
+    wmt.Wmt14FrEn,
 )
 
 

@@ -88,8 +88,10 @@ class AlgorithmicProblem(Problem):
             features[name] = tf.RaggedTensor.from_row_lengths(
                 np.concatenate(rows), [len(row) for row in rows]
             )
-        # Each slice of a [N, None] ragged tensor is a dense int64 vector.
-        return tf.data.Dataset.from_tensor_slices(features)
+        # Slices of a [N, None] ragged tensor carry a ragged spec of rank 0; reshaping
+        # makes them the plain int64 vectors that padded batching expects.
+        dataset = tf.data.Dataset.from_tensor_slices(features)
+        return dataset.map(lambda example: {k: tf.reshape(v, [-1]) for k, v in example.items()})
 
     def fingerprint(self, data_dir: str) -> str:
         del data_dir

@@ -1,0 +1,176 @@
+"""Parallel corpora read as text pairs: raw line-aligned files, or TensorFlow Datasets.
+
+A corpus has `splits`, `identity()` (what the data fingerprint hashes: file contents, or
+the TFDS builder and version), `describe(split)` (for messages) and `pairs(split)`,
+yielding `(origin, line or record number from 1, source text, target text)`.
+
+Raw files are UTF-8, one sentence per line, `\\n` or `\\r\\n` line ends, optionally
+gzipped (`.gz`). Every problem with the input data raises `DataError`, whose message
+names the file and the line and says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import gzip
+import hashlib
+import itertools
+import os
+import zlib
+
+
+class DataError(ValueError):
+    """Input data that cannot be used; the message names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ParallelFiles:
+    """One line-aligned pair of text files (plain or .gz)."""
+
+    source: str
+    target: str
+
+
+def read_lines(path: str):
+    """Yields (line number from 1, text) of a UTF-8 file without its line terminator.
+
+    Raises:
+        DataError: naming the file (and line) when it is missing, not valid gzip, or
+            not valid UTF-8.
+    """
+    if not os.path.exists(path):
+        raise DataError(f"{path}: file not found")
+    number = 0
+    try:
+        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):  # noqa: B007 (used after the loop)
+                if raw.endswith(b"\n"):
+                    raw = raw[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                yield number, decode_utf8(raw, f"{path}:{number}")
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError(f"{path}: unreadable after line {number}: {error}") from None
+
+
+def decode_utf8(raw: bytes, where: str) -> str:
+    """`raw` as text; DataError naming `where` and the byte offset when not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(
+            f"{where}: invalid UTF-8 at byte {error.start} ({raw[error.start : error.start + 4]!r} "
+            f"in {raw[max(0, error.start - 20) : error.start + 20]!r}); convert the file to UTF-8 "
+            "or remove the line from both files of the pair"
+        ) from None
+
+
+def read_parallel(files: ParallelFiles):
+    """Yields (origin, line number, source text, target text) of a line-aligned pair.
+
+    Raises:
+        DataError: when one file has more lines than the other, naming both and the line.
+    """
+    for source, target in itertools.zip_longest(read_lines(files.source), read_lines(files.target)):
+        if source is None or target is None:
+            shorter, longer, extra = (
+                (files.source, files.target, target)
+                if source is None
+                else (files.target, files.source, source)
+            )
+            raise DataError(
+                f"{longer}:{extra[0]}: line has no partner: {shorter} ends after "
+                f"{extra[0] - 1} lines; the source and target files must be line-aligned"
+            )
+        yield files.source, source[0], source[1], target[1]
+
+
+class RawCorpus:
+    """Parallel text files per split (see `TranslateProblem.raw_files`)."""
+
+    def __init__(self, files: dict):
+        self.files = files
+        self.splits = tuple(files)
+
+    def identity(self) -> dict:
+        """Content hashes of the inputs: what the data fingerprint covers."""
+        return {
+            split: [[file_digest(f.source), file_digest(f.target)] for f in pairs]
+            for split, pairs in self.files.items()
+        }
+
+    def describe(self, split: str) -> str:
+        return ", ".join(f"{f.source} + {f.target}" for f in self.files[split])
+
+    def pairs(self, split: str):
+        for files in self.files[split]:
+            yield from read_parallel(files)
+
+
+class TfdsCorpus:
+    """A translation dataset of TensorFlow Datasets, read as text pairs."""
+
+    def __init__(self, builder_name: str, languages: tuple, splits: dict, data_dir=None):
+        self.builder_name = builder_name
+        self.languages = languages
+        self.split_names = splits  # ours -> TFDS's
+        self.splits = tuple(splits)
+        self.data_dir = data_dir
+        self._builder = None
+
+    def builder(self):
+        """The prepared TFDS builder (downloads and prepares on first use)."""
+        if self._builder is None:
+            import tensorflow_datasets as tfds
+
+            self._builder = tfds.builder(self.builder_name, data_dir=self.data_dir)
+            self._builder.download_and_prepare()
+        return self._builder
+
+    def identity(self) -> dict:
+        return {"tfds": self.builder_name, "version": str(self.builder().info.version)}
+
+    def describe(self, split: str) -> str:
+        return f"tfds {self.builder_name} {self.split_names[split]}"
+
+    def pairs(self, split: str):
+        """Yields (origin, record number from 1, source text, target text)."""
+        import tensorflow_datasets as tfds
+
+        name = self.split_names[split]
+        dataset = self.builder().as_dataset(split=name, shuffle_files=False)
+        origin = f"tfds {self.builder_name} {name}"
+        source, target = self.languages
+        for number, example in enumerate(tfds.as_numpy(dataset), 1):
+            where = f"{origin} record {number}"
+            yield (
+                origin,
+                number,
+                decode_utf8(example[source], where),
+                decode_utf8(example[target], where),
+            )
+
+
+def find_stems(raw_dir: str, languages: tuple) -> dict:
+    """{stem: {language: path}} of files `<stem>.<language>` or `<stem>.<language>.gz`."""
+    found = {}
+    for language in languages:
+        for path in sorted(glob.glob(os.path.join(glob.escape(raw_dir), f"*.{language}*"))):
+            name = os.path.basename(path)
+            for suffix in (f".{language}", f".{language}.gz"):
+                if name.endswith(suffix) and len(name) > len(suffix):
+                    stem = name[: -len(suffix)]
+                    if language in found.setdefault(stem, {}):
+                        raise DataError(f"{path}: {stem}.{language} exists both plain and gzipped")
+                    found[stem][language] = path
+    return found
+
+
+def file_digest(path: str) -> list:
+    """[file name, sha256 of the content]."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            sha.update(block)
+    return [os.path.basename(path), sha.hexdigest()]

@@ -1,0 +1,419 @@
+"""Text-to-text problems from parallel corpora: raw text -> shared vocab -> sharded TFRecords.
+
+`TranslateProblem.generate_data` (what `python -m t2t_lite.datagen` runs) does, once:
+
+1. read the corpus: plain-text files in the raw folder (`<stem>.<language>`, one
+   sentence per line, optionally gzipped) or, for subclasses that offer it, TFDS;
+2. train a shared SentencePiece BPE vocabulary on a bounded random sample of the
+   training sentences of both languages (`vocab.model`);
+3. encode every split into `tf.train.Example` records with int64 features "inputs"
+   and "targets" ending in EOS: `<split>-00000-of-00008.tfrecord`, ... Example i goes to
+   shard i mod F, so reading the F shards in turn gives back the corpus order; the
+   train shards are then shuffled inside, which spreads every part of the corpus over
+   every stretch of the read order;
+4. write `metadata.json` last: counts, skipped empty lines, the length histogram and a
+   fingerprint of the raw inputs and settings.
+
+Rerunning with the same inputs and settings is a no-op. Shards and the vocabulary are
+written under temporary names and renamed when complete, and `metadata.json` (which
+readers require) is removed first and written last, so an interrupted run leaves
+nothing that a reader or a later run would trust.
+
+Bad input raises `DataError` naming the file and line: a missing file, invalid UTF-8,
+source and target files of different lengths, a corpus with no text. A pair whose
+source or target line is empty (or only whitespace) is skipped and counted in the
+metadata ("skipped_empty", with the first locations), never silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import os
+import random
+import struct
+from collections import Counter
+
+import tensorflow as tf
+
+from t2t_lite.problems.corpus import DataError, ParallelFiles, RawCorpus, file_digest, find_stems
+from t2t_lite.problems.problem import EOS_ID, TRAIN, Problem
+from t2t_lite.problems.vocab import SentencePieceEncoder, reservoir_sample, train_sentencepiece
+
+FORMAT_VERSION = 1
+METADATA_FILE = "metadata.json"
+VOCAB_FILE = "vocab.model"
+TEMP_MARK = ".tmp-"
+_CHUNK = 4096  # pairs encoded per SentencePiece call
+_SEED = 1234  # datagen shuffling and vocabulary sample
+
+
+class TranslateProblem(Problem):
+    """A text-to-text problem over parallel corpora with a shared SentencePiece vocabulary.
+
+    Subclass and set `name`, the languages and, when your files are not named
+    `train.<lang>`, `dev.<lang>` and `test.<lang>`, `raw_stems`. The raw folder defaults
+    to `DATA_DIR/<name>/raw/`. For example:
+
+        class EuroparlEnEs(TranslateProblem):
+            name = "europarl_enes"
+            source_language, target_language = "en", "es"
+            raw_stems = {"train": ("europarl-v7.es-en",), "dev": ("dev",), "test": ("test",)}
+            vocab_size = 16_000
+    """
+
+    source_language = "en"
+    target_language = "de"
+    # Split -> file stems `<stem>.<language>[.gz]`; "*" = every stem no other split names.
+    raw_stems = {"train": ("train",), "dev": ("dev",), "test": ("test",)}
+    vocab_size = 8000
+    vocab_sample_size = 1_000_000  # sentences the vocabulary is trained on, at most
+    model_type = "bpe"
+    num_shards = {"train": 8}  # other splits: 1
+    # A reverse problem reads the data of `data_folder` with inputs and targets swapped.
+    reverse = False
+    data_folder = ""  # defaults to `name`
+    eval_metric = "bleu"
+
+    # Where things are.
+    def folder(self, data_dir: str) -> str:
+        """`DATA_DIR/<data_folder or name>`: vocabulary, shards and metadata."""
+        return os.path.join(data_dir, self.data_folder or self.name)
+
+    def vocab_file(self, data_dir: str) -> str:
+        """The SentencePiece model shared by inputs and targets."""
+        return os.path.join(self.folder(data_dir), VOCAB_FILE)
+
+    def raw_files(self, raw_dir: str) -> dict:
+        """Split -> [ParallelFiles] found in `raw_dir` following `raw_stems`.
+
+        Raises:
+            DataError: for a missing folder or file, a file without its partner in the
+                other language, or a stem present both plain and gzipped.
+        """
+        if not os.path.isdir(raw_dir):
+            raise DataError(f"{raw_dir}: raw data folder not found; {self._naming()}")
+        found = find_stems(raw_dir, (self.source_language, self.target_language))
+        named = {stem for stems in self.raw_stems.values() for stem in stems if stem != "*"}
+        files = {}
+        for split, stems in self.raw_stems.items():
+            wanted = []
+            for stem in stems:
+                wanted += sorted(set(found) - named) if stem == "*" else [stem]
+            if not wanted:
+                raise DataError(f"{raw_dir}: no files for split {split}; {self._naming()}")
+            files[split] = [self._pair(raw_dir, stem, found.get(stem, {})) for stem in wanted]
+        return files
+
+    def _pair(self, raw_dir: str, stem: str, paths: dict) -> ParallelFiles:
+        for language in (self.source_language, self.target_language):
+            if language not in paths:
+                raise DataError(
+                    f"{os.path.join(raw_dir, f'{stem}.{language}')}[.gz]: file not found; "
+                    f"{self._naming()}"
+                )
+        return ParallelFiles(paths[self.source_language], paths[self.target_language])
+
+    def _naming(self) -> str:
+        pairs = ", ".join(
+            f"{split}: "
+            + " ".join(f"{s}.{self.source_language}/.{self.target_language}" for s in st)
+            for split, st in self.raw_stems.items()
+        )
+        return f"problem {self.name} expects line-aligned files (optionally .gz) {pairs}"
+
+    def corpus(self, data_dir: str, raw_dir: str | None, source: str):
+        """The corpus to generate from: raw files (the only source of this class)."""
+        if source not in ("auto", "raw"):
+            raise ValueError(f"problem {self.name} reads raw files only; got source={source!r}")
+        return RawCorpus(self.raw_files(raw_dir or os.path.join(self.folder(data_dir), "raw")))
+
+    # Datagen.
+    def generate_data(
+        self,
+        data_dir: str,
+        raw_dir: str | None = None,
+        *,
+        vocab_size: int | None = None,
+        source: str = "auto",
+    ) -> dict:
+        """Builds vocabulary, shards and metadata under `folder(data_dir)`, unless up to date.
+
+        Args:
+            data_dir: the data folder (one sub-folder per problem).
+            raw_dir: the raw text folder; defaults to `DATA_DIR/<folder>/raw`.
+            vocab_size: overrides the class's `vocab_size`.
+            source: "auto", "raw" or (where offered) "tfds".
+
+        Returns:
+            The metadata, with "status" "generated" or "up to date".
+        """
+        folder = self.folder(data_dir)
+        os.makedirs(folder, exist_ok=True)
+        corpus = self.corpus(data_dir, raw_dir, source)
+        settings = {
+            "format_version": FORMAT_VERSION,
+            "languages": [self.source_language, self.target_language],
+            "vocab_size": vocab_size or self.vocab_size,
+            "vocab_sample_size": self.vocab_sample_size,
+            "model_type": self.model_type,
+            "num_shards": {split: self.num_shards.get(split, 1) for split in corpus.splits},
+        }
+        inputs = corpus.identity()
+        fingerprint = _digest(json.dumps([settings, inputs], sort_keys=True).encode())[:16]
+        old = _load_json(os.path.join(folder, METADATA_FILE))
+        if old and old.get("fingerprint") == fingerprint and not _damaged(folder, old):
+            logging.info("%s: up to date (fingerprint %s); nothing to do", folder, fingerprint)
+            return {**old, "status": "up to date"}
+        metadata = _generate(folder, corpus, settings)
+        metadata.update(fingerprint=fingerprint, inputs=inputs)
+        _write_json(os.path.join(folder, METADATA_FILE), metadata)
+        logging.info("%s: generated (fingerprint %s)", folder, fingerprint)
+        return {**metadata, "status": "generated"}
+
+    # Reading.
+    def metadata(self, data_dir: str) -> dict:
+        """The checked `metadata.json` of a completed datagen run.
+
+        Raises:
+            DataError: when datagen has not completed, or a shard or the vocabulary
+                no longer matches what datagen wrote.
+        """
+        folder = self.folder(data_dir)
+        metadata = _load_json(os.path.join(folder, METADATA_FILE))
+        if metadata is None:
+            raise DataError(
+                f"{os.path.join(folder, METADATA_FILE)}: not found, so the data of problem "
+                f"{self.name} is missing or incomplete; run `python -m t2t_lite.datagen "
+                f"--problem={self.name} --data_dir={data_dir}`"
+            )
+        damage = _damaged(folder, metadata)
+        if damage:
+            raise DataError(f"{damage}; rerun `python -m t2t_lite.datagen --problem={self.name}`")
+        return metadata
+
+    def encoders(self, data_dir: str) -> dict:
+        self.metadata(data_dir)
+        encoder = SentencePieceEncoder(self.vocab_file(data_dir))
+        return {"inputs": encoder, "targets": encoder}
+
+    def fingerprint(self, data_dir: str) -> str:
+        return self.metadata(data_dir)["fingerprint"]
+
+    def length_counts(self, split: str, data_dir: str) -> dict:
+        """{length: examples} of max(len(inputs), len(targets)), EOS included."""
+        counts = self._split_metadata(split, data_dir)["length_counts"]
+        return {int(length): count for length, count in counts.items()}
+
+    def shard_files(self, split: str, data_dir: str) -> list:
+        """The TFRecord files of `split`, in shard order."""
+        folder = self.folder(data_dir)
+        return [
+            os.path.join(folder, s["file"]) for s in self._split_metadata(split, data_dir)["shards"]
+        ]
+
+    def _split_metadata(self, split: str, data_dir: str) -> dict:
+        splits = self.metadata(data_dir)["splits"]
+        if split not in splits:
+            raise ValueError(f"problem {self.name} has splits {sorted(splits)}, not {split!r}")
+        return splits[split]
+
+    def examples(self, split: str, data_dir: str) -> tf.data.Dataset:
+        """Examples of `split` in a fixed order (the corpus order for dev and test)."""
+        return self._read(self.shard_files(split, data_dir))
+
+    def sharded_examples(self, split, data_dir, input_context=None) -> tf.data.Dataset:
+        """Reads whole shard files per input pipeline when they divide evenly.
+
+        Shard i holds examples i, i + F, ... of `examples()`, so files k, k + n, ... are
+        exactly the examples that element-wise sharding would give pipeline k.
+        """
+        files = self.shard_files(split, data_dir)
+        count = input_context.num_input_pipelines if input_context else 1
+        if count > 1 and len(files) % count == 0:
+            return self._read(files[input_context.input_pipeline_id :: count])
+        return super().sharded_examples(split, data_dir, input_context)
+
+    def _read(self, files: list) -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices(files).interleave(
+            lambda path: tf.data.TFRecordDataset(path, buffer_size=1 << 20),
+            cycle_length=len(files),
+            block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        spec = {"inputs": tf.io.RaggedFeature(tf.int64), "targets": tf.io.RaggedFeature(tf.int64)}
+
+        def parse(record):
+            example = tf.io.parse_single_example(record, spec)
+            if self.reverse:
+                return {"inputs": example["targets"], "targets": example["inputs"]}
+            return example
+
+        return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _generate(folder: str, corpus, settings: dict) -> dict:
+    """Vocabulary and shards of every split; returns the metadata (fingerprint excluded)."""
+    metadata_path = os.path.join(folder, METADATA_FILE)
+    if os.path.exists(metadata_path):
+        os.remove(metadata_path)  # From here on, readers and reruns trust nothing.
+    for name in os.listdir(folder):
+        if name.endswith(".tfrecord") or TEMP_MARK in name:
+            os.remove(os.path.join(folder, name))
+    vocab_path = os.path.join(folder, VOCAB_FILE)
+    sentences = (text for _, _, *texts in corpus.pairs(TRAIN) for text in texts if text.strip())
+    sample = reservoir_sample(sentences, settings["vocab_sample_size"], seed=_SEED)
+    if not sample:
+        raise DataError(f"{corpus.describe(TRAIN)}: no text (empty corpus)")
+    train_sentencepiece(
+        sample, vocab_path, settings["vocab_size"], model_type=settings["model_type"]
+    )
+    encoder = SentencePieceEncoder(vocab_path)
+    splits = {
+        split: _write_split(encoder, corpus, folder, split, settings["num_shards"][split])
+        for split in corpus.splits
+    }
+    return {
+        "problem": os.path.basename(folder),
+        "settings": settings,
+        "vocab": {"file": VOCAB_FILE, "sha256": file_digest(vocab_path)[1]},
+        "splits": splits,
+    }
+
+
+def _write_split(encoder, corpus, folder: str, split: str, num_shards: int) -> dict:
+    """Encodes the pairs of `split` into `num_shards` TFRecord files; returns its metadata.
+
+    Example i goes to shard i mod `num_shards`. Files are written under temporary names
+    and renamed only once all of them are complete.
+    """
+    names = [f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
+    temporary = [os.path.join(folder, f"{name}{TEMP_MARK}{os.getpid()}") for name in names]
+    stats = {"examples": 0, "skipped_empty": 0, "skipped_first": []}
+    counts, tokens, lengths = [0] * num_shards, Counter(), Counter()
+    try:
+        with contextlib.ExitStack() as stack:
+            writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
+            for source, target in _encode(encoder, _skip_empty(corpus.pairs(split), stats)):
+                shard = stats["examples"] % num_shards
+                writers[shard].write(_serialize(source, target))
+                counts[shard] += 1
+                stats["examples"] += 1
+                tokens["source_tokens"] += len(source)
+                tokens["target_tokens"] += len(target)
+                lengths[max(len(source), len(target))] += 1
+        if stats["examples"] == 0:
+            raise DataError(f"{corpus.describe(split)}: no non-empty sentence pairs (empty corpus)")
+        if split == TRAIN:
+            rng = random.Random(_SEED)
+            for path in temporary:
+                _shuffle_records(path, rng)
+        for path, name in zip(temporary, names):
+            os.replace(path, os.path.join(folder, name))
+    finally:
+        for path in temporary:
+            if os.path.exists(path):
+                os.remove(path)
+    if stats["skipped_empty"]:
+        logging.warning(
+            "split %s: skipped %d pairs with an empty side, first at %s",
+            split,
+            stats["skipped_empty"],
+            "; ".join(stats["skipped_first"]),
+        )
+    shards = [
+        {"file": name, "examples": count, "bytes": os.path.getsize(os.path.join(folder, name))}
+        for name, count in zip(names, counts)
+    ]
+    return {**stats, **tokens, "shards": shards, "length_counts": dict(sorted(lengths.items()))}
+
+
+def _encode(encoder, pairs):
+    """Yields (source ids, target ids) of `pairs`, each ending in EOS."""
+    for chunk in _chunks(pairs, _CHUNK):
+        sources = encoder.encode_batch([pair[2] for pair in chunk])
+        targets = encoder.encode_batch([pair[3] for pair in chunk])
+        for source, target in zip(sources, targets):
+            yield source + [EOS_ID], target + [EOS_ID]
+
+
+def _skip_empty(pairs, stats: dict):
+    for pair in pairs:
+        if pair[2].strip() and pair[3].strip():
+            yield pair
+        else:
+            stats["skipped_empty"] += 1
+            if len(stats["skipped_first"]) < 10:
+                stats["skipped_first"].append(f"{pair[0]}:{pair[1]}")
+
+
+def _chunks(items, size: int):
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _serialize(inputs: list, targets: list) -> bytes:
+    feature = {
+        "inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=inputs)),
+        "targets": tf.train.Feature(int64_list=tf.train.Int64List(value=targets)),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _shuffle_records(path: str, rng: random.Random) -> None:
+    """Shuffles the records of a TFRecord file in place.
+
+    A record is framed as uint64 length, uint32 CRC of the length, the bytes, uint32 CRC
+    of the bytes; whole frames are moved, so their checksums stay valid.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    frames, offset = [], 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        frames.append(data[offset : offset + 8 + 4 + length + 4])
+        offset += 8 + 4 + length + 4
+    rng.shuffle(frames)
+    with open(path, "wb") as f:
+        f.write(b"".join(frames))
+
+
+def _damaged(folder: str, metadata: dict) -> str:
+    """What no longer matches `metadata` in `folder` ("" when all is intact)."""
+    vocab_path = os.path.join(folder, metadata["vocab"]["file"])
+    if not os.path.exists(vocab_path):
+        return f"{vocab_path}: vocabulary not found"
+    if file_digest(vocab_path)[1] != metadata["vocab"]["sha256"]:
+        return (
+            f"{vocab_path}: the vocabulary does not match the data: it is not the file "
+            f"datagen encoded the shards with (sha256 {metadata['vocab']['sha256'][:12]}...)"
+        )
+    for split in metadata["splits"].values():
+        for shard in split["shards"]:
+            path = os.path.join(folder, shard["file"])
+            if not os.path.exists(path) or os.path.getsize(path) != shard["bytes"]:
+                return f"{path}: shard missing or changed since datagen"
+    return ""
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_json(path: str):
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _write_json(path: str, value: dict) -> None:
+    temporary = f"{path}{TEMP_MARK}{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+    os.replace(temporary, path)

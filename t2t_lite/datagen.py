@@ -1,0 +1,57 @@
+"""Prepares a problem's data: `python -m t2t_lite.datagen --problem=... --data_dir=... [--raw_dir=...]`.
+
+Builds the shared vocabulary and the TFRecord shards of every split under
+`DATA_DIR/<problem>/` and records counts and a data fingerprint in its
+`metadata.json`. A rerun with unchanged inputs and settings does nothing and says so.
+"""
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("problem", None, "Registered problem name, e.g. multi30k_ende.")
+flags.DEFINE_string("data_dir", None, "Folder holding one sub-folder per problem.")
+flags.DEFINE_string(
+    "raw_dir", None, "Folder of raw parallel text files; default DATA_DIR/<problem>/raw."
+)
+flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size; default: the problem's own.")
+flags.DEFINE_enum(
+    "source", "auto", ["auto", "raw", "tfds"],
+    "Where the corpus comes from: raw files, TensorFlow Datasets, or auto (raw files if found).",
+)  # fmt: skip
+flags.mark_flags_as_required(["problem", "data_dir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from t2t_lite import problems
+
+    options = {}
+    if FLAGS.vocab_size is not None:
+        options["vocab_size"] = FLAGS.vocab_size
+    if FLAGS.source != "auto":
+        options["source"] = FLAGS.source
+    try:
+        metadata = problems.get(FLAGS.problem).generate_data(
+            FLAGS.data_dir, FLAGS.raw_dir, **options
+        )
+    except ValueError as error:
+        sys.exit(f"t2t_lite.datagen: {error}")
+    print(f"{FLAGS.problem}: {metadata.get('status', 'done')}")
+    for split, counts in sorted(metadata.get("splits", {}).items()):
+        print(
+            f"  {split}: {counts['examples']:,} examples in {len(counts['shards'])} shards, "
+            f"{counts['skipped_empty']:,} empty pairs skipped"
+        )
+    if "fingerprint" in metadata:
+        print(f"  fingerprint {metadata['fingerprint']}")
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,177 @@
+"""SentencePiece vocabulary: reserved ids, exact round trips on real text, in-graph twin."""
+
+import gzip
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from t2t_lite.problems import vocab
+
+EDGE_CASES = [
+    "",
+    " ",
+    "  leading and trailing  ",
+    "tab\there, two  spaces, a\u00a0no-break space",
+    "Straße, Öl, œuvre, naïve, Œdipe, «guillemets»",
+    "combining e\u0301 versus \u00e9; ligature \ufb01",
+    "emoji 😀🇩🇪, CJK 中文字, Hangul 한국어, Devanagari हिन्दी",
+    "controls \x00\x01\x7f and a lone \r",
+    "<pad> </s> <unk> <0x41> look like pieces",
+    "\u2581",
+    "\u2581\u2581 twin marks",
+    "a\u2581b ▁c▁",
+    " \u2581 space then mark",
+]
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory, shared_data):
+    # English and German captions only: French accents and anything rarer must go
+    # through byte fallback.
+    lines = []
+    for language in ("en", "de"):
+        with gzip.open(shared_data / "multi30k" / f"train.{language}.gz", "rt") as f:
+            lines += [line.rstrip("\n") for _, line in zip(range(6000), f)]
+    path = str(tmp_path_factory.mktemp("vocab") / "vocab.model")
+    vocab.train_sentencepiece(lines, path, vocab_size=1000)
+    return vocab.SentencePieceEncoder(path)
+
+
+def _real_lines(shared_data):
+    newstest = shared_data / "wmt13_newstest2013"
+    lines = []
+    for name in ("newstest2013.de", "newstest2013.fr", "newstest2013.fr.raw"):
+        lines += (newstest / name).read_text(encoding="utf-8").split("\n")[:-1]
+    with gzip.open(shared_data / "multi30k" / "test_2016_flickr.fr.gz", "rt") as f:
+        lines += f.read().split("\n")[:-1]
+    return lines
+
+
+def test_reserved_ids_follow_design(encoder):
+    reference = spm.SentencePieceProcessor(model_file=encoder.model_path)
+    assert encoder.vocab_size == reference.get_piece_size() == 1000
+    assert [reference.id_to_piece(i) for i in range(3)] == ["<pad>", "</s>", "<unk>"]
+    assert [reference.id_to_piece(i) for i in (3, 4, 258)] == ["<0x00>", "<0x01>", "<0xFF>"]
+    assert reference.bos_id() == -1
+    assert reference.is_control(0) and reference.is_control(1)
+
+
+def test_round_trip_on_real_german_and_french(encoder, shared_data):
+    lines = _real_lines(shared_data)
+    assert len(lines) == 3 * 3000 + 1000
+    ids = encoder.encode_batch(lines)
+    mismatches = [line for line, row in zip(lines, ids) if encoder.decode(row) != line]
+    assert mismatches == []
+    flat = np.concatenate([row for row in ids if row])
+    assert flat.min() >= 3, "text must never produce pad, EOS or unk"
+    # The French and no-break-space lines really needed byte pieces (ids 3..258).
+    assert np.sum(flat <= 258) > 100
+
+
+def test_round_trip_edge_cases_and_random_unicode(encoder):
+    rng = random.Random(0)
+    planes = [(0x20, 0x7F), (0xA0, 0x2FF), (0x2500, 0x25FF), (0x4E00, 0x4FFF), (0x1F300, 0x1F6FF)]
+    random_texts = []
+    for _ in range(300):
+        chars = []
+        for _ in range(rng.randrange(1, 30)):
+            low, high = rng.choice(planes)
+            chars.append(chr(rng.randrange(low, high)))
+        random_texts.append("".join(chars))
+    for text in EDGE_CASES + random_texts:
+        assert encoder.decode(encoder.encode(text)) == text, repr(text)
+
+
+def test_ids_equal_plain_sentencepiece_for_ordinary_text(encoder, shared_data):
+    reference = spm.SentencePieceProcessor(model_file=encoder.model_path)
+    lines = _real_lines(shared_data)[:3000]
+    assert encoder.encode_batch(lines) == [reference.encode(line) for line in lines]
+
+
+def test_space_mark_is_spelt_in_bytes(encoder):
+    mark = [encoder.encode("\u2581")[i] for i in range(3)]
+    expected = [3 + byte for byte in "\u2581".encode()]  # <0xE2> <0x96> <0x81>
+    assert mark == expected
+    ids = encoder.encode("a\u2581b")
+    assert any(ids[i : i + 3] == expected for i in range(len(ids)))
+
+
+def test_decode_stops_at_eos_and_skips_padding(encoder):
+    ids = encoder.encode("Ein Hund läuft.")
+    assert encoder.decode([0] + ids + [1] + encoder.encode("danach") + [0, 0]) == "Ein Hund läuft."
+
+
+def test_in_graph_tokenizer_matches_python(encoder, shared_data):
+    texts = EDGE_CASES + _real_lines(shared_data)[::50]
+    tokenizer = encoder.tokenizer()
+    ragged = tokenizer.tokenize(tf.constant(texts))
+    assert ragged.dtype == tf.int64
+    assert ragged.to_list() == [row + [1] for row in encoder.encode_batch(texts)]
+    # Detokenize a padded batch with junk after EOS.
+    padded = ragged.to_tensor(default_value=0)
+    junk = tf.concat([padded, tf.fill([len(texts), 3], tf.constant(7, tf.int64))], axis=1)
+    decoded = [s.decode("utf-8") for s in tokenizer.detokenize(junk).numpy()]
+    assert decoded == texts
+
+
+def test_in_graph_tokenizer_in_tf_data_and_saved_model(encoder, tmp_path):
+    texts = ["Zwei Männer stehen am Fluss.", "a\u2581b", ""]
+    dataset = tf.data.Dataset.from_tensor_slices(texts).batch(2).map(encoder.tokenizer().tokenize)
+    rows = [row for batch in dataset for row in batch.to_list()]
+    assert rows == [row + [1] for row in encoder.encode_batch(texts)]
+
+    module = tf.Module()
+    module.tokenizer = encoder.tokenizer()
+    module.round_trip = tf.function(
+        lambda t: module.tokenizer.detokenize(module.tokenizer.tokenize(t)),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    assert [s.decode() for s in loaded.round_trip(tf.constant(texts)).numpy()] == texts
+
+
+def test_foreign_vocab_is_rejected(tmp_path, shared_data):
+    lines = (shared_data / "wmt13_newstest2013" / "newstest2013.en").read_text().split("\n")[:2000]
+    path = tmp_path / "default.model"
+    # SentencePiece's own defaults: unk 0, bos 1, eos 2, no padding.
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_prefix=str(path)[:-6], vocab_size=500, minloglevel=2
+    )
+    with pytest.raises(ValueError, match=r"default\.model does not match.*pad id -1 and EOS id 2"):
+        vocab.SentencePieceEncoder(str(path))
+
+
+def test_vocab_file_depends_on_text_and_settings_only(tmp_path, shared_data):
+    lines = (shared_data / "wmt13_newstest2013" / "newstest2013.de").read_text().split("\n")[:3000]
+    one = vocab.train_sentencepiece(lines, str(tmp_path / "one.model"), 600, num_threads=1)
+    two = vocab.train_sentencepiece(lines, str(tmp_path / "two.model"), 600, num_threads=2)
+    assert open(one, "rb").read() == open(two, "rb").read()
+
+
+def test_training_errors_are_explicit(tmp_path):
+    with pytest.raises(ValueError, match="at least 260"):
+        vocab.train_sentencepiece(["a b c"], str(tmp_path / "v.model"), vocab_size=100)
+    with pytest.raises(ValueError, match="empty corpus"):
+        vocab.train_sentencepiece(["", "  "], str(tmp_path / "v.model"), vocab_size=300)
+    with pytest.raises(ValueError, match="vocab_size=5000 on 2 sentences"):
+        vocab.train_sentencepiece(["ab", "cd"], str(tmp_path / "v.model"), vocab_size=5000)
+    assert not list(tmp_path.iterdir()), "a failed training leaves no file behind"
+
+
+def test_reservoir_sample_is_uniform_bounded_and_deterministic():
+    population = range(100_000)
+    sample = vocab.reservoir_sample(population, 2000, seed=3)
+    assert len(sample) == 2000 and len(set(sample)) == 2000
+    assert sample == sorted(sample), "keeps corpus order"
+    assert sample == vocab.reservoir_sample(population, 2000, seed=3)
+    assert sample != vocab.reservoir_sample(population, 2000, seed=4)
+    # Uniform: the mean of 2,000 draws from 0..99,999 has standard deviation ~645.
+    assert abs(np.mean(sample) - 49_999.5) < 4 * 645
+    deciles = Counter(x // 10_000 for x in sample)
+    assert min(deciles.values()) > 140 and max(deciles.values()) < 260
+    assert vocab.reservoir_sample(["a", "b"], 5) == ["a", "b"]
