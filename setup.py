@@ -47,6 +47,7 @@ setup(
         "console_scripts": [
             "t2t-trainer=t2t_lite.trainer:run",
             "t2t-datagen=t2t_lite.datagen:run",
+            "t2t-decoder=t2t_lite.decoder:run",
             "t2t-avg-checkpoints=t2t_lite.avg_checkpoints:run",
             "t2t-evalb=t2t_lite.evalb:run",
         ],

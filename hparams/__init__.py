@@ -13,6 +13,7 @@ _REGISTRY = {
         transformer.transformer_big_single_gpu,
         transformer.transformer_small,
         transformer.transformer_tiny,
+        transformer.transformer_multi30k,
     )
 }
 

@@ -14,6 +14,11 @@ flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
 flags.DEFINE_string("data_dir", "", "Folder holding one sub-folder per problem (datagen output).")
 flags.DEFINE_string("output_dir", None, "Where checkpoints, hparams, manifest and events go.")
 flags.DEFINE_integer("train_steps", 2000, "Optimizer updates to train for (global step).")
+flags.DEFINE_float(
+    "train_minutes",
+    0.0,
+    "Stop after this many minutes of training (0 = no limit); the step budget still applies.",
+)
 flags.DEFINE_integer("eval_steps", 0, "Dev batches per evaluation; 0 = the whole dev split.")
 flags.DEFINE_integer("eval_every", 1000, "Evaluate every this many steps.")
 flags.DEFINE_integer("save_every", 1000, "Write a checkpoint every this many steps.")
@@ -29,6 +34,14 @@ flags.DEFINE_integer("num_gpus", None, "Use this many of the visible GPUs.")
 flags.DEFINE_integer("cpu_replicas", 1, "Mirror over this many logical CPU devices.")
 flags.DEFINE_integer("seed", 1, "Random seed for weights, dropout and shuffling.")
 flags.DEFINE_bool("jit_compile", False, "Compile the forward and backward pass with XLA.")
+flags.DEFINE_integer(
+    "eval_bleu_sentences", 200, "BLEU problems: dev sentences decoded and scored with sacreBLEU "
+    "at every evaluation (eval/bleu, eval/samples); 0 turns it off."
+)  # fmt: skip
+flags.DEFINE_enum(
+    "eval_decode_method", "beam", ["beam", "greedy"],
+    "Search for the BLEU evaluation: the problem's beam (paper: 4, alpha 0.6) or greedy (faster).",
+)  # fmt: skip
 flags.mark_flag_as_required("output_dir")
 
 
@@ -51,6 +64,7 @@ def main(argv):
             output_dir=FLAGS.output_dir,
             data_dir=FLAGS.data_dir,
             train_steps=FLAGS.train_steps,
+            train_minutes=FLAGS.train_minutes,
             eval_steps=FLAGS.eval_steps,
             eval_every=FLAGS.eval_every,
             save_every=FLAGS.save_every,
@@ -61,6 +75,8 @@ def main(argv):
             cpu_replicas=FLAGS.cpu_replicas,
             seed=FLAGS.seed,
             jit_compile=FLAGS.jit_compile,
+            eval_bleu_sentences=FLAGS.eval_bleu_sentences,
+            eval_decode_method=FLAGS.eval_decode_method,
         )
         trainer.train_and_evaluate(config, hp)
     except run_dir.RunDirError as error:

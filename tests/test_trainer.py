@@ -186,3 +186,12 @@ def test_sigkill_loses_only_unsaved_steps(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"at step {saved_step}" in result.stdout
     assert tf.train.latest_checkpoint(str(output_dir)).endswith(f"ckpt-{saved_step + 5}")
+
+
+def test_time_budget_stops_saves_and_evaluates(tmp_path):
+    lines = []
+    config = _config(tmp_path / "budget", train_steps=100000, train_minutes=1e-6)
+    metrics = trainer.train_and_evaluate(config, _hp(), printer=lines.append)
+    assert "time budget of 1e-06 minutes reached at step 1" in lines
+    assert tf.train.latest_checkpoint(str(tmp_path / "budget")).endswith("ckpt-1")
+    assert any(line.startswith("eval step 1:") for line in lines) and "accuracy" in metrics

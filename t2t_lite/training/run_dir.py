@@ -20,7 +20,7 @@ MANIFEST_FILE = "manifest.json"
 
 
 class RunDirError(ValueError):
-    """The output_dir cannot be used for this run; the message says why and what to do."""
+    """The run cannot start as configured (output_dir, strategy); the message says why and what to do."""
 
 
 def prepare(output_dir: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import time
 
 import keras
 import tensorflow as tf
@@ -19,7 +20,7 @@ import tensorflow as tf
 from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
-from t2t_lite.training import distribute, run_dir
+from t2t_lite.training import bleu_eval, distribute, run_dir
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
 from t2t_lite.training.step import TrainStep, make_optimizer
@@ -33,6 +34,7 @@ class RunConfig:
     output_dir: str
     data_dir: str = ""
     train_steps: int = 1000
+    train_minutes: float = 0.0  # wall-clock budget of this call, start-up included; 0 = none
     eval_steps: int = 0  # batches per evaluation; 0 = the whole dev split
     eval_every: int = 500
     save_every: int = 500
@@ -43,6 +45,10 @@ class RunConfig:
     cpu_replicas: int = 1
     seed: int = 1
     jit_compile: bool = False
+    # BLEU during training (problems whose eval_metric is "bleu"): dev sentences decoded at
+    # every evaluation (0 = off) and the search, "beam" (the problem's) or "greedy".
+    eval_bleu_sentences: int = 200
+    eval_decode_method: str = "beam"
 
 
 def accumulation_steps(hp, num_replicas: int) -> int:
@@ -74,7 +80,8 @@ def worker_dirs(strategy, output_dir: str) -> tuple:
     if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return output_dir, True
     task_type, task_id = resolver.task_type, resolver.task_id
-    if task_type in (None, "chief") or (task_type == "worker" and task_id == 0):
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    if task_type in (None, "chief") or (task_type == "worker" and task_id == 0 and not has_chief):
         return output_dir, True
     return os.path.join(output_dir, "workers", f"{task_type}_{task_id}"), False
 
@@ -125,11 +132,16 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
 
     Rerunning with the same `output_dir` resumes from its newest checkpoint.
     """
+    # The time budget counts start-up and evaluations too.
+    deadline = time.monotonic() + config.train_minutes * 60 if config.train_minutes else None
     hp = hparams_lib.validate(hp)
     problem = problems_lib.get(config.problem)
     run_dir.prepare(config.output_dir)
     run_dir.check_resume(config.output_dir, hp, config.problem)
-    strategy = distribute.make_strategy(config.strategy, config.num_gpus, config.cpu_replicas)
+    try:
+        strategy = distribute.make_strategy(config.strategy, config.num_gpus, config.cpu_replicas)
+    except ValueError as error:
+        raise run_dir.RunDirError(f"cannot set up the distribution strategy: {error}") from None
     keras.utils.set_random_seed(config.seed)
     accumulate = accumulation_steps(hp, strategy.num_replicas_in_sync)
     _print_batching(hp, strategy, accumulate, printer)
@@ -139,9 +151,11 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     checkpoint, manager = checkpoint_manager(
         model, optimizer, checkpoint_dir, config.keep_checkpoints
     )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-        printer(f"resumed from {manager.latest_checkpoint} at step {int(optimizer.iterations)}")
+    # Every worker resumes from the chief's newest checkpoint (they hold the same weights).
+    latest = tf.train.latest_checkpoint(config.output_dir)
+    if latest:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+        printer(f"resumed from {latest} at step {int(optimizer.iterations.numpy())}")
     if is_chief:
         run_dir.write_run_files(
             config.output_dir,
@@ -176,15 +190,23 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     iterator = iter(train_data)
     train_writer = tf.summary.create_file_writer(os.path.join(checkpoint_dir, "train"))
     eval_writer = tf.summary.create_file_writer(os.path.join(checkpoint_dir, "eval"))
+    bleu_evaluator = bleu_eval.make_bleu_evaluator(
+        model, problem, config.data_dir, config.eval_bleu_sentences, config.eval_decode_method
+    )
 
-    step = int(optimizer.iterations)
+    step = int(optimizer.iterations.numpy())
     progress = Progress(config.train_steps, step, printer)
     metrics = {}
-    while step < config.train_steps:
+    last = step >= config.train_steps
+    while not last:
         result = step_fns.train(iterator)
         step += 1
         progress.add_tokens(float(result["tokens"]))
-        if step % config.log_every == 0 or step == config.train_steps:
+        out_of_time = deadline is not None and time.monotonic() >= deadline
+        last = step >= config.train_steps or out_of_time
+        if out_of_time:
+            printer(f"time budget of {config.train_minutes:g} minutes reached at step {step}")
+        if step % config.log_every == 0 or last:
             tokens = max(float(result["tokens"]), 1.0)
             values = {
                 "loss": float(result["loss"]) / tokens,
@@ -193,9 +215,9 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
             }
             rate = progress.report(step, values)
             _write_scalars(train_writer, step, dict(values, tokens_per_sec=rate))
-        if step % config.save_every == 0 or step == config.train_steps:
+        if step % config.save_every == 0 or last:
             manager.save(checkpoint_number=step)
-        if step % config.eval_every == 0 or step == config.train_steps:
+        if step % config.eval_every == 0 or last:
             metrics = evaluate(step_fns, eval_data, strategy, config.eval_steps)
             printer(
                 f"eval step {step}: loss {metrics['loss']:.4f} | accuracy "
@@ -206,6 +228,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
                 step,
                 {k: metrics[k] for k in ("loss", "accuracy", "perplexity")},
             )
+            metrics.update(bleu_eval.log_bleu(bleu_evaluator, eval_writer, step, printer))
     if not metrics:
         metrics = evaluate(step_fns, eval_data, strategy, config.eval_steps)
         printer(f"eval step {step}: accuracy {metrics['accuracy']:.4f} (training was complete)")

@@ -1,0 +1,103 @@
+"""Decodes text with a trained model: `python -m t2t_lite.decoder --problem=... --output_dir=...`.
+
+From a file: `--decode_from_file=IN [--decode_to_file=OUT] [--reference_file=REF]` writes one
+line per input line, in input order, and with a reference prints and saves sacreBLEU (with its
+signature) and the paper's tokenized BLEU. Interactively: `--decode_interactive` reads lines
+from stdin and answers each on stdout. Search settings default to the problem's (the paper's
+beam 4, alpha 0.6, input length + 50).
+"""
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("problem", None, "Registered problem name, e.g. multi30k_ende.")
+flags.DEFINE_string(
+    "hparams_set", None, "Hparams set of the checkpoint; default: the run's hparams.json."
+)
+flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
+flags.DEFINE_string("data_dir", "", "Folder holding one sub-folder per problem (the vocabulary).")
+flags.DEFINE_string("output_dir", None, "The training run: hparams.json and checkpoints.")
+flags.DEFINE_string(
+    "checkpoint_path", None, "A checkpoint prefix or folder (e.g. OUTPUT_DIR/averaged); "
+    "default: the newest checkpoint of --output_dir."
+)  # fmt: skip
+flags.DEFINE_string("decode_from_file", None, "Input text, one sentence per line.")
+flags.DEFINE_string(
+    "decode_to_file", None, "Output file; default OUTPUT_DIR/decode/<input>.<method>.decodes."
+)
+flags.DEFINE_string(
+    "reference_file", None, "References aligned with the input: score the output and write "
+    "<decode_to_file>.<metric>.json."
+)  # fmt: skip
+flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on stdin.")
+flags.DEFINE_enum("method", "beam", ["beam", "greedy", "sample"], "Search method.")
+flags.DEFINE_integer("beam_size", None, "Beam size; default: the problem's (paper: 4).")
+flags.DEFINE_float("alpha", None, "Length penalty exponent; default: the problem's (paper: 0.6).")
+flags.DEFINE_integer(
+    "extra_length", None, "Maximum output length = input length + this; default: the problem's "
+    "(paper: 50)."
+)  # fmt: skip
+flags.DEFINE_float("temperature", 1.0, "Sampling temperature (--method=sample).")
+flags.DEFINE_integer("top_k", 0, "Sample among the k most probable tokens; 0 = all.")
+flags.DEFINE_integer("seed", None, "Sampling seed, for reproducible samples.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per batch (batches group similar lengths).")
+flags.DEFINE_bool(
+    "return_beams", False, "Write all beam hypotheses, best first, tab-separated on each line."
+)
+flags.mark_flags_as_required(["problem", "output_dir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if bool(FLAGS.decode_from_file) == FLAGS.decode_interactive:
+        raise app.UsageError("pass exactly one of --decode_from_file and --decode_interactive")
+    from t2t_lite import problems
+    from t2t_lite.inference import decode, load_trained_model
+
+    def to_stderr(line):
+        print(line, file=sys.stderr, flush=True)
+
+    printer = to_stderr if FLAGS.decode_interactive else print
+    try:
+        config = decode.search_config(
+            problems.get(FLAGS.problem),
+            method=FLAGS.method,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            extra_length=FLAGS.extra_length,
+            temperature=FLAGS.temperature,
+            top_k=FLAGS.top_k,
+            seed=FLAGS.seed,
+        )
+        trained = load_trained_model(
+            FLAGS.problem,
+            FLAGS.data_dir,
+            FLAGS.output_dir,
+            FLAGS.checkpoint_path,
+            FLAGS.hparams_set,
+            FLAGS.hparams,
+        )
+        decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
+        printer(f"decoding with {trained.checkpoint_path}: {config}")
+        if FLAGS.decode_interactive:
+            decode.interactive(decoder, return_beams=FLAGS.return_beams)
+            return
+        output = FLAGS.decode_to_file or decode.default_output_path(
+            FLAGS.output_dir, FLAGS.decode_from_file, config
+        )
+        decode.decode_file(
+            decoder, FLAGS.decode_from_file, output, FLAGS.reference_file, FLAGS.return_beams
+        )
+    except (ValueError, OSError) as error:
+        sys.exit(f"t2t_lite.decoder: {error}")
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,108 @@
+"""Rebuilding a trained model from an output_dir for decoding and export.
+
+The model's hparams come from the run's `hparams.json`; an explicit hparams set that
+disagrees with it on the model's shape is refused before any weight is read, with a
+message naming the fields, instead of a shape error from deep inside TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import keras
+import tensorflow as tf
+
+from t2t_lite import hparams as hparams_lib
+from t2t_lite import problems as problems_lib
+from t2t_lite.models import build_transformer
+from t2t_lite.training import run_dir
+
+
+class RestoreError(ValueError):
+    """The checkpoint cannot serve this request; the message says why and what to do."""
+
+
+@dataclasses.dataclass
+class TrainedModel:
+    model: keras.Model
+    hp: hparams_lib.HParams
+    problem: problems_lib.Problem
+    checkpoint_path: str
+
+
+def resolve_hparams(output_dir: str, hparams_set: str | None, overrides: str = ""):
+    """The run's hparams, checked against `hparams_set` + `overrides` when those are given."""
+    saved = run_dir.load_hparams(output_dir) if output_dir else None
+    if hparams_set:
+        asked = hparams_lib.override(hparams_lib.get(hparams_set), overrides)
+        if saved is not None:
+            before, now = saved.model_fields(), asked.model_fields()
+            changed = [f"{k}={before[k]} (asked {now[k]})" for k in now if before[k] != now[k]]
+            if changed:
+                raise RestoreError(
+                    f"{output_dir} was trained with other model hparams: {', '.join(changed)}; "
+                    "drop --hparams_set to use the run's own hparams.json, or point "
+                    "--output_dir at a run of this hparams set"
+                )
+        return asked
+    if saved is None:
+        raise RestoreError(
+            f"{output_dir or '(no --output_dir)'} has no {run_dir.HPARAMS_FILE}; pass "
+            "--hparams_set (and --hparams) describing the checkpoint's model"
+        )
+    return hparams_lib.override(saved, overrides)
+
+
+def find_checkpoint(output_dir: str, checkpoint_path: str | None) -> str:
+    """`checkpoint_path` (a prefix or a folder), else the newest checkpoint of `output_dir`."""
+    if checkpoint_path:
+        if os.path.isdir(checkpoint_path):
+            found = tf.train.latest_checkpoint(checkpoint_path)
+            if not found:
+                raise RestoreError(f"no checkpoint in folder {checkpoint_path}")
+            return found
+        if not tf.io.gfile.exists(checkpoint_path + ".index"):
+            raise RestoreError(f"checkpoint {checkpoint_path} does not exist (no .index file)")
+        return checkpoint_path
+    found = tf.train.latest_checkpoint(output_dir) if output_dir else None
+    if not found:
+        raise RestoreError(
+            f"no checkpoint in {output_dir or '(no --output_dir)'}; train first or pass "
+            "--checkpoint_path"
+        )
+    return found
+
+
+def load_trained_model(
+    problem_name: str,
+    data_dir: str,
+    output_dir: str,
+    checkpoint_path: str | None = None,
+    hparams_set: str | None = None,
+    overrides: str = "",
+) -> TrainedModel:
+    """Builds the model of a run and restores its weights (the optimizer is not needed).
+
+    Raises:
+        RestoreError: missing hparams or checkpoint, or hparams that do not match.
+    """
+    problem = problems_lib.get(problem_name)
+    hp = resolve_hparams(output_dir, hparams_set, overrides)
+    path = find_checkpoint(output_dir, checkpoint_path)
+    vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
+    keras.mixed_precision.set_dtype_policy("float32")
+    model = build_transformer(
+        dataclasses.replace(hp, dtype_policy="float32"), vocab_size, target_vocab_size
+    )
+    checkpoint = tf.train.Checkpoint(model=model)
+    try:
+        status = checkpoint.restore(path)
+        status.expect_partial()
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise RestoreError(
+            f"checkpoint {path} does not fit a {problem_name} model with these hparams "
+            f"(vocab {vocab_size}): {str(error).splitlines()[0][:300]}"
+        ) from None
+    return TrainedModel(model=model, hp=hp, problem=problem, checkpoint_path=path)

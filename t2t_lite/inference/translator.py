@@ -1,0 +1,104 @@
+"""A trained model joined to a search: ids in, best hypotheses out, inside one tf.function.
+
+`Translator.search(inputs)` encodes a batch, builds the decoder cache once, and runs
+beam search (or greedy decoding, or sampling) through the model's cached
+`decode_step`. The decoder command, the trainer's BLEU evaluation and the SavedModel
+exporter all call this same function, so they produce the same outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_lite.decoding import beam_search, greedy_search, sample
+
+METHODS = ("beam", "greedy", "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """How to search. Paper defaults (section 6.1): beam 4, alpha 0.6, input length + 50."""
+
+    method: str = "beam"
+    beam_size: int = 4
+    alpha: float = 0.6
+    extra_length: int = 50
+    temperature: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown search method {self.method!r}; choose from {METHODS}")
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if self.alpha < 0:
+            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
+        if self.extra_length < 1:
+            raise ValueError(f"extra_length must be >= 1, got {self.extra_length}")
+
+
+class Translator:
+    """Searches with `model` (a built Transformer) under `config`.
+
+    Args:
+        model: the Transformer, with `encode`, `init_cache` and `decode_step`.
+        config: the SearchConfig.
+        jit_compile: compile the whole search with XLA (one compilation per input shape).
+    """
+
+    def __init__(self, model, config: SearchConfig, jit_compile: bool = False):
+        self.model = model
+        self.config = config
+        self.jit_compile = jit_compile
+        self.search = tf.function(
+            self._search,
+            input_signature=[tf.TensorSpec([None, None], tf.int32)],
+            jit_compile=jit_compile,
+        )
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.model.target_vocab_size or self.model.vocab_size
+
+    def _search(self, inputs):
+        """ids [B, S] int32 (EOS-terminated, 0-padded) -> (ids [B, K, L] int32, scores [B, K]).
+
+        K is the beam size (1 for greedy and sampling); L = S + extra_length + 1, column 0
+        is the start id 0 and ids after EOS are 0.
+        """
+        config = self.config
+        encoder_output, encoder_mask = self.model.encode(inputs, training=False)
+        decode_length = tf.shape(inputs)[1] + config.extra_length
+        cache = self.model.init_cache(encoder_output, encoder_mask, decode_length)
+        start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
+
+        def step(ids, i, states):
+            return self.model.decode_step(ids[:, i], i, states)
+
+        if config.method == "beam":
+            return beam_search(
+                step, start, config.beam_size, decode_length, self.target_vocab_size,
+                config.alpha, states=cache, padded_ids=True,
+            )
+        if config.method == "greedy":
+            ids, scores = greedy_search(step, start, decode_length, states=cache, padded_ids=True)
+        else:
+            ids, scores = sample(
+                step, start, decode_length, states=cache, temperature=config.temperature,
+                top_k=config.top_k, seed=config.seed, padded_ids=True,
+            )
+        return ids[:, None, :], scores[:, None]
+
+
+def strip_ids(row) -> list:
+    """Generated ids of one hypothesis: column 0 dropped, cut before the first EOS or pad."""
+    out = []
+    for token in np.asarray(row)[1:]:
+        if token <= 1:
+            break
+        out.append(int(token))
+    return out

@@ -1,0 +1,156 @@
+"""BLEU during training: decode a bounded dev subset at every evaluation and log sacreBLEU.
+
+The trainer creates one `BleuEvaluator` (for problems whose `eval_metric` is "bleu") and
+calls `log_bleu` from its evaluation branch. The evaluator decodes the first `sentences`
+dev examples with the same `Translator` as the decoder command (beam search with the
+problem's beam size and alpha, or greedy decoding, which is faster), detokenizes the best
+hypotheses and scores them with sacreBLEU's corpus BLEU on text, never on subword ids.
+TensorBoard gets, under `eval/`, the scalar `bleu` and the text summary `samples` (source,
+reference and hypothesis of the first few sentences).
+
+The references are the dev targets decoded by the problem's vocabulary, i.e. the reference
+text after the vocabulary's Unicode normalization; the decoder command scored against the
+raw reference file remains the number to report.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from t2t_lite.inference.decode import length_batches, pad_batch
+from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
+from t2t_lite.metrics import sacrebleu_corpus
+
+EOS_ID = 1
+METHODS = ("beam", "greedy")
+_MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>#|"})
+
+
+class BleuEvaluator:
+    """Decodes the first `sentences` dev examples of a problem and scores them.
+
+    Args:
+        model: the Transformer being trained.
+        problem: the problem (its `eval_metric` should be "bleu").
+        data_dir: the data folder.
+        sentences: dev examples to decode (the first ones, in corpus order).
+        method: "beam" (the problem's beam size and alpha) or "greedy".
+        num_samples: sentences shown as text summaries.
+        batch_size: sentences per decoding batch.
+    """
+
+    def __init__(
+        self,
+        model,
+        problem,
+        data_dir: str,
+        sentences: int,
+        method: str = "beam",
+        num_samples: int = 3,
+        batch_size: int = 32,
+    ):
+        if method not in METHODS:
+            raise ValueError(f"eval_decode_method must be one of {METHODS}, got {method!r}")
+        if sentences < 1:
+            raise ValueError(f"eval_bleu_sentences must be >= 1, got {sentences}")
+        encoders = problem.encoders(data_dir)
+        self.target_encoder = encoders["targets"]
+        self.method = method
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.inputs, targets = [], []
+        for example in problem.examples("dev", data_dir).take(sentences).as_numpy_iterator():
+            self.inputs.append(_without_eos(example["inputs"]))
+            targets.append(_without_eos(example["targets"]))
+        if not self.inputs:
+            raise ValueError(f"problem {problem.name} has no dev examples to compute BLEU on")
+        self.sources = [encoders["inputs"].decode(ids) for ids in self.inputs]
+        self.references = [self.target_encoder.decode(ids) for ids in targets]
+        self.config = SearchConfig(
+            method=method,
+            beam_size=problem.beam_size if method == "beam" else 1,
+            alpha=problem.alpha,
+            extra_length=problem.extra_decode_length,
+        )
+        self.translator = Translator(model, self.config)
+
+    def describe(self) -> str:
+        if self.method == "beam":
+            search = f"beam {self.config.beam_size}, alpha {self.config.alpha}"
+        else:
+            search = "greedy"
+        return f"{len(self.inputs)} dev sentences, {search}"
+
+    def hypotheses(self) -> list:
+        """The detokenized best hypothesis of every dev sentence, in corpus order."""
+        outputs = [""] * len(self.inputs)
+        batches = length_batches([len(ids) for ids in self.inputs], self.batch_size)
+        for batch in batches:
+            ids, _ = self.translator.search(pad_batch([self.inputs[i] for i in batch]))
+            best = ids.numpy()[:, 0, :]  # [B, L]
+            for row, index in enumerate(batch):
+                outputs[index] = self.target_encoder.decode(strip_ids(best[row]))
+        return outputs
+
+    def evaluate(self) -> dict:
+        """Returns {"bleu", "signature", "hypotheses", "seconds"}."""
+        start = time.monotonic()
+        hypotheses = self.hypotheses()
+        result = sacrebleu_corpus(hypotheses, self.references)
+        return {
+            "bleu": result.score,
+            "signature": result.signature,
+            "hypotheses": hypotheses,
+            "seconds": time.monotonic() - start,
+        }
+
+    def samples(self, hypotheses: list) -> list:
+        """Markdown (source, reference, hypothesis) of the first `num_samples` sentences."""
+        return [
+            f"**source:** {_escape(source)}  \n**reference:** {_escape(reference)}  \n"
+            f"**hypothesis:** {_escape(hypothesis)}"
+            for source, reference, hypothesis in list(
+                zip(self.sources, self.references, hypotheses)
+            )[: self.num_samples]
+        ]
+
+
+def make_bleu_evaluator(
+    model, problem, data_dir: str, sentences: int, method: str
+) -> BleuEvaluator | None:
+    """A `BleuEvaluator`, or None when `sentences` is 0 or the problem is not scored by BLEU."""
+    if sentences <= 0 or problem.eval_metric != "bleu":
+        return None
+    return BleuEvaluator(model, problem, data_dir, sentences, method)
+
+
+def log_bleu(evaluator: BleuEvaluator | None, writer, step: int, printer=print) -> dict:
+    """Decodes, prints and writes `eval/bleu` and `eval/samples` at `step`.
+
+    Returns:
+        {"bleu": score} to merge into the evaluation metrics ({} without an evaluator).
+    """
+    if evaluator is None:
+        return {}
+    result = evaluator.evaluate()
+    printer(
+        f"eval step {step}: BLEU {result['bleu']:.2f} (sacreBLEU, detokenized; "
+        f"{evaluator.describe()}; {result['seconds']:.1f}s) [{result['signature']}]"
+    )
+    with writer.as_default(step=step):
+        tf.summary.scalar("bleu", result["bleu"])
+        tf.summary.text("samples", tf.constant(evaluator.samples(result["hypotheses"])))
+    writer.flush()
+    return {"bleu": result["bleu"]}
+
+
+def _without_eos(ids) -> list:
+    ids = [int(token) for token in np.asarray(ids)]
+    return ids[:-1] if ids and ids[-1] == EOS_ID else ids
+
+
+def _escape(text: str) -> str:
+    return text.translate(_MARKDOWN_SPECIAL) if text else "(empty)"

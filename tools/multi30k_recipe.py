@@ -1,0 +1,140 @@
+"""The whole recipe on Multi30k English-German in one command, on one machine.
+
+    python tools/multi30k_recipe.py --raw_dir=../shared/data/multi30k --work_dir=/tmp/m30k --minutes=30
+
+1. datagen: shared 8k BPE vocabulary and TFRecords (multi30k_ende);
+2. training `--hparams_set` for a wall-clock budget (start-up and evaluations included),
+   saving a checkpoint every `--save_every` updates;
+3. averaging the last `--num_last` checkpoints;
+4. beam decoding (beam 4, alpha 0.6) of test_2016_flickr and val with the averaged model;
+5. sacreBLEU with its signature (and the paper's tokenized BLEU), printed as a table and
+   written to WORK_DIR/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PROBLEM = "multi30k_ende"
+SPLITS = {"test_2016_flickr": "test", "val": "dev"}
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--raw_dir", required=True, help="folder with the Multi30k .gz files")
+    parser.add_argument("--work_dir", required=True, help="data, run and outputs go here")
+    parser.add_argument("--minutes", type=float, default=30.0, help="training budget")
+    parser.add_argument("--train_steps", type=int, default=1_000_000, help="step budget")
+    parser.add_argument("--hparams_set", default="transformer_multi30k")
+    parser.add_argument("--hparams", default="", help='overrides, "k=v,k=v"')
+    parser.add_argument("--save_every", type=int, default=200)
+    parser.add_argument("--num_last", type=int, default=5, help="checkpoints to average")
+    parser.add_argument("--beam_size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def _plain_copy(raw_dir: str, name: str, folder: str) -> str:
+    """Writes raw_dir/name.gz uncompressed into `folder`; returns its path."""
+    target = os.path.join(folder, name)
+    with gzip.open(os.path.join(raw_dir, name + ".gz"), "rb") as source:
+        data = source.read()
+    with open(target, "wb") as handle:
+        handle.write(data)
+    return target
+
+
+def run(args) -> dict:
+    from t2t_lite import hparams as hparams_lib
+    from t2t_lite import problems
+    from t2t_lite.inference import decode, load_trained_model
+    from t2t_lite.training import average_last_checkpoints, trainer
+
+    data_dir = os.path.join(args.work_dir, "data")
+    output_dir = os.path.join(args.work_dir, "run")
+    text_dir = os.path.join(args.work_dir, "text")
+    os.makedirs(text_dir, exist_ok=True)
+
+    started = time.monotonic()
+    print(f"== datagen {PROBLEM} from {args.raw_dir}")
+    problems.get(PROBLEM).generate_data(data_dir, args.raw_dir)
+    datagen_seconds = time.monotonic() - started
+
+    hp = hparams_lib.override(hparams_lib.get(args.hparams_set), args.hparams)
+    print(f"== training {args.hparams_set} for {args.minutes:g} minutes")
+    config = trainer.RunConfig(
+        problem=PROBLEM, output_dir=output_dir, data_dir=data_dir,
+        train_steps=args.train_steps, train_minutes=args.minutes,
+        eval_every=10 * args.save_every, save_every=args.save_every,
+        keep_checkpoints=max(args.num_last, 5), log_every=100, seed=args.seed,
+        eval_bleu_sentences=0,
+    )
+    training_started = time.monotonic()
+    metrics = trainer.train_and_evaluate(config, hp)
+    training_seconds = time.monotonic() - training_started
+
+    print(f"== averaging the last {args.num_last} checkpoints")
+    averaged = average_last_checkpoints(output_dir, args.num_last, allow_fewer=True)
+
+    results = {
+        "problem": PROBLEM, "hparams_set": args.hparams_set, "hparams": args.hparams,
+        "budget_minutes": args.minutes, "training_seconds": training_seconds,
+        "datagen_seconds": datagen_seconds, "final_eval": metrics,
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "command": " ".join(sys.argv), "averaged_checkpoint": averaged, "splits": {},
+    }
+    trained = load_trained_model(PROBLEM, data_dir, output_dir, checkpoint_path=averaged)
+    results["updates"] = int(averaged.rsplit("-", 1)[1])
+    config = decode.search_config(
+        trained.problem, beam_size=args.beam_size, alpha=args.alpha
+    )
+    decoder = decode.Decoder(trained, data_dir, config, batch_size=64)
+    for stem in SPLITS:
+        source = _plain_copy(args.raw_dir, f"{stem}.en", text_dir)
+        reference = _plain_copy(args.raw_dir, f"{stem}.de", text_dir)
+        output = os.path.join(args.work_dir, f"{stem}.hyp.de")
+        print(f"== decoding {stem} (beam {args.beam_size}, alpha {args.alpha})")
+        summary = decode.decode_file(decoder, source, output, reference)
+        scores = summary["scores"]
+        results["splits"][stem] = {
+            "sacrebleu": scores["sacrebleu"]["score"],
+            "signature": scores["sacrebleu"]["signature"],
+            "tokenized_bleu": scores["tokenized_bleu"]["score"],
+            "sentences_per_sec": summary["sentences_per_sec"],
+        }
+    with open(os.path.join(args.work_dir, "results.json"), "w") as handle:
+        json.dump(results, handle, indent=2)
+    _print_table(results)
+    return results
+
+
+def _print_table(results: dict) -> None:
+    print()
+    print("| split | sacreBLEU | tokenized BLEU | updates | training minutes |")
+    print("|---|---|---|---|---|")
+    for stem, split in results["splits"].items():
+        print(
+            f"| {stem} | {split['sacrebleu']:.2f} | {split['tokenized_bleu']:.2f} | "
+            f"{results['updates']:,} | {results['training_seconds'] / 60:.1f} |"
+        )
+    signature = next(iter(results["splits"].values()))["signature"]
+    print(f"\nsacreBLEU signature: {signature}")
+    print(f"machine: {results['machine']}")
+
+
+def main(argv=None) -> int:
+    run(_arguments(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
