@@ -71,6 +71,8 @@ def main(argv):
             temperature=FLAGS.temperature,
             top_k=FLAGS.top_k,
             seed=FLAGS.seed,
+            # Every returned beam must be exact, not only the best one.
+            stop_early=not FLAGS.return_beams,
         )
         trained = load_trained_model(
             FLAGS.problem,

@@ -22,7 +22,7 @@ import tensorflow as tf
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite import hparams, problems
-from t2t_lite.inference import RestoreError, load_trained_model
+from t2t_lite.inference import RestoreError, decode, load_trained_model
 from t2t_lite.inference.decode import (
     DecodeError,
     Decoder,
@@ -340,3 +340,16 @@ def test_a_reference_of_another_length_is_refused_before_decoding(reverse_decode
             str(tmp_path / "ref.txt"),
         )
     assert not (tmp_path / "out.txt").exists()
+
+
+def test_output_lines_never_break_line_alignment(tmp_path):
+    # Byte-fallback pieces can decode to carriage returns, form feeds or U+2028.
+    result = decode.DecodeResult(
+        beams=[["a\rb\u2028c", "d\te"], ["", ""], ["x\ny", "z"]],
+        scores=[], warnings=[], target_tokens=0, seconds=1.0,
+    )
+    assert result.lines() == ["a b c", "", "x y"]
+    assert result.lines(return_beams=True) == ["a b c\td e", "\t", "x y\tz"]
+    path = tmp_path / "out.txt"
+    decode.write_lines(str(path), result.lines())
+    assert path.read_text(encoding="utf-8").splitlines() == ["a b c", "", "x y"]

@@ -67,10 +67,17 @@ class DecodeResult:
         return [beams[0] for beams in self.beams]
 
     def lines(self, return_beams: bool = False) -> list:
-        """Output lines: the best hypotheses, or all K tab-separated with `return_beams`."""
+        """Output lines: the best hypotheses, or all K tab-separated with `return_beams`.
+
+        Line breaks (and, between beams, tabs) inside a hypothesis become spaces, so one
+        input line always gives exactly one output line.
+        """
         if return_beams:
-            return ["\t".join(beams) for beams in self.beams]
-        return self.best
+            return [
+                "\t".join(one_line(beam).replace("\t", " ") for beam in beams)
+                for beams in self.beams
+            ]
+        return [one_line(best) for best in self.best]
 
 
 def read_lines(path: str) -> list:
@@ -100,14 +107,28 @@ def read_lines(path: str) -> list:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+# Characters that end a line for some reader (Python's str.splitlines, editors, sacreBLEU's
+# file reading): a model can emit them through byte-fallback pieces.
+_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
+
+
+def one_line(text: str) -> str:
+    """`text` with every line-break character replaced by a space."""
+    return text.translate(_LINE_BREAKS)
+
+
 def write_lines(path: str, lines: Iterable[str]) -> None:
-    """Writes one line per item (UTF-8, "\\n"), creating the parent folder."""
+    """Writes one line per item (UTF-8, "\\n"), creating the parent folder.
+
+    Line-break characters inside an item become spaces, so line i of the file is
+    always item i.
+    """
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as handle:
         for line in lines:
-            handle.write(line + "\n")
+            handle.write(one_line(line) + "\n")
 
 
 def length_batches(lengths: Sequence[int], batch_size: int) -> list:
@@ -272,7 +293,7 @@ class Decoder:
 def search_config(problem, **overrides) -> SearchConfig:
     """The problem's decoding defaults (the paper's, section 6.1) with `overrides` that are not None.
 
-    Keys: method, beam_size, alpha, extra_length, temperature, top_k, seed.
+    Keys: method, beam_size, alpha, extra_length, temperature, top_k, seed, stop_early.
     """
     values = {
         "beam_size": problem.beam_size,
@@ -385,7 +406,7 @@ def decode_file(
     }
     decoder.printer(f"wrote {len(lines):,} lines to {output_path}")
     if references is not None:
-        report = score_outputs(decoder.problem, result.best, references)
+        report = score_outputs(decoder.problem, result.lines(), references)
         report.update(
             hypotheses_file=output_path,
             reference_file=reference_path,

@@ -29,6 +29,9 @@ class SearchConfig:
     temperature: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    # True stops once the best hypothesis is final (its beam is exact); False runs until
+    # every one of the `beam_size` returned hypotheses is (needed for --return_beams).
+    stop_early: bool = True
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -81,15 +84,28 @@ class Translator:
 
         if config.method == "beam":
             return beam_search(
-                step, start, config.beam_size, decode_length, self.target_vocab_size,
-                config.alpha, states=cache, padded_ids=True,
+                step,
+                start,
+                config.beam_size,
+                decode_length,
+                self.target_vocab_size,
+                config.alpha,
+                states=cache,
+                stop_early=config.stop_early,
+                padded_ids=True,
             )
         if config.method == "greedy":
             ids, scores = greedy_search(step, start, decode_length, states=cache, padded_ids=True)
         else:
             ids, scores = sample(
-                step, start, decode_length, states=cache, temperature=config.temperature,
-                top_k=config.top_k, seed=config.seed, padded_ids=True,
+                step,
+                start,
+                decode_length,
+                states=cache,
+                temperature=config.temperature,
+                top_k=config.top_k,
+                seed=config.seed,
+                padded_ids=True,
             )
         return ids[:, None, :], scores[:, None]
 
