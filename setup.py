@@ -49,6 +49,8 @@ setup(
             "t2t-datagen=t2t_lite.datagen:run",
             "t2t-decoder=t2t_lite.decoder:run",
             "t2t-avg-checkpoints=t2t_lite.avg_checkpoints:run",
+            "t2t-exporter=t2t_lite.exporter:run",
+            "t2t-serve=t2t_lite.serve:run",
             "t2t-evalb=t2t_lite.evalb:run",
         ],
     },

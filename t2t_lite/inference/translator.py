@@ -74,26 +74,16 @@ class Translator:
         is the start id 0 and ids after EOS are 0.
         """
         config = self.config
-        encoder_output, encoder_mask = self.model.encode(inputs, training=False)
-        decode_length = tf.shape(inputs)[1] + config.extra_length
-        cache = self.model.init_cache(encoder_output, encoder_mask, decode_length)
-        start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
-
-        def step(ids, i, states):
-            return self.model.decode_step(ids[:, i], i, states)
-
         if config.method == "beam":
-            return beam_search(
-                step,
-                start,
+            return model_beam_search(
+                self.model,
+                inputs,
                 config.beam_size,
-                decode_length,
-                self.target_vocab_size,
                 config.alpha,
-                states=cache,
-                stop_early=config.stop_early,
-                padded_ids=True,
+                config.extra_length,
+                config.stop_early,
             )
+        step, start, cache, decode_length = _search_inputs(self.model, inputs, config.extra_length)
         if config.method == "greedy":
             ids, scores = greedy_search(step, start, decode_length, states=cache, padded_ids=True)
         else:
@@ -108,6 +98,39 @@ class Translator:
                 padded_ids=True,
             )
         return ids[:, None, :], scores[:, None]
+
+
+def _search_inputs(model, inputs, extra_length: int):
+    """Encodes `inputs` once: (step function, start ids [B], cache, decode length)."""
+    encoder_output, encoder_mask = model.encode(inputs, training=False)
+    decode_length = tf.shape(inputs)[1] + extra_length
+    cache = model.init_cache(encoder_output, encoder_mask, decode_length)
+    start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
+
+    def step(ids, i, states):
+        return model.decode_step(ids[:, i], i, states)
+
+    return step, start, cache, decode_length
+
+
+def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True):
+    """Cached beam search with `model`: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K]).
+
+    `alpha` may be a tensor (a per-request option of an exported model).
+    """
+    step, start, cache, decode_length = _search_inputs(model, inputs, extra_length)
+    vocab_size = model.target_vocab_size or model.vocab_size
+    return beam_search(
+        step,
+        start,
+        beam_size,
+        decode_length,
+        vocab_size,
+        alpha,
+        states=cache,
+        stop_early=stop_early,
+        padded_ids=True,
+    )
 
 
 def strip_ids(row) -> list:

@@ -1,0 +1,287 @@
+"""SavedModels of a trained Transformer: text in, text out, with beam search inside the graph.
+
+`export_model` writes two SavedModels in TensorFlow Serving's layout, under the same
+version number (one more than the newest already there):
+
+    EXPORT_DIR/MODEL_NAME/VERSION/       text and ids signatures (needs tensorflow-text ops
+                                         when the vocabulary is SentencePiece)
+    EXPORT_DIR/MODEL_NAME_ids/VERSION/   ids signatures only, core TensorFlow ops only, for
+                                         `saved_model_cli run` and servers without TF Text
+
+Signatures (B sentences, S source ids, K beams, L = S + extra_length generated ids):
+
+    serving_default          sentences string [B]
+                             -> translations string [B], scores float32 [B]
+    translate_with_options   sentences string [B], beam_size int32 [], alpha float32 []
+                             -> translations string [B], scores float32 [B]
+    translate_ids            input_ids int32 [B, S] (EOS-terminated, 0-padded)
+                             -> output_ids int32 [B, K, L], scores float32 [B, K]
+    translate_ids_with_options
+                             input_ids int32 [B, S], beam_size int32 [], alpha float32 []
+                             -> output_ids int32 [B, K, L], scores float32 [B, K]
+
+The ids-only SavedModel has the two ids signatures, `translate_ids` also under the name
+`serving_default`. Translations are the best beam; scores are log P(Y | X) divided by the
+GNMT length penalty. `output_ids` hold the generated ids (no start id), EOS, then zeros.
+Per-request beam sizes must be one of the export's `beam_sizes` (each is a branch of the
+graph, since a beam is a static dimension); alpha may be any value >= 0.
+
+The search is the one of `t2t_lite.inference.Translator`: the model's `encode`,
+`init_cache` and cached `decode_step` under `t2t_lite.decoding.beam_search`, so a
+reloaded SavedModel gives exactly the in-process outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import tensorflow as tf
+
+from t2t_lite.decoding import EOS_ID
+from t2t_lite.export.searcher import BeamSearcher, SearchOptions
+from t2t_lite.export.text_codec import codec_for
+from t2t_lite.inference.restore import TrainedModel, load_trained_model
+
+IDS_SUFFIX = "_ids"
+METADATA_FILE = os.path.join("assets.extra", "t2t_lite_export.json")
+# Predict bodies (TF Serving's REST format) that `t2t_lite.serving` runs before serving a
+# version, so that the first real request does not pay for the graph's optimisation.
+WARMUP_FILE = os.path.join("assets.extra", "t2t_lite_warmup.json")
+
+
+class ExportError(ValueError):
+    """The export cannot be made as asked; the message says why and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    """How the exported search behaves; None takes the problem's decoding default.
+
+    Attributes:
+        beam_size: the default beam (K) of the signatures without options.
+        alpha: the default length-penalty exponent.
+        extra_length: decode at most S + extra_length tokens.
+        beam_sizes: the beams a request may ask for; () = powers of two below
+            `beam_size` and `beam_size` itself.
+        max_input_length: longest accepted source (ids, EOS included); None =
+            hp.max_position - extra_length - 1, the longest whose positions the model knows.
+        ids_model_name: name of the ids-only SavedModel; None = MODEL_NAME + "_ids",
+            "" = do not write it.
+    """
+
+    beam_size: int | None = None
+    alpha: float | None = None
+    extra_length: int | None = None
+    beam_sizes: tuple = ()
+    max_input_length: int | None = None
+    ids_model_name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """What `export_model` wrote: the version and its folders (ids_dir None if not written)."""
+
+    version: int
+    text_dir: str
+    ids_dir: str | None
+    options: SearchOptions
+
+
+def resolve_options(config: ExportConfig, problem, hp) -> SearchOptions:
+    """Fills the config's gaps from the problem's decoding defaults; checks the values."""
+    beam_size = config.beam_size or problem.beam_size
+    alpha = problem.alpha if config.alpha is None else config.alpha
+    extra_length = config.extra_length or problem.extra_decode_length
+    sizes = config.beam_sizes or [2**p for p in range(8) if 2**p < beam_size]
+    beam_sizes = tuple(sorted(set(sizes) | {beam_size}))
+    if min(beam_sizes) < 1:
+        raise ExportError(f"beam sizes must be >= 1, got {beam_sizes}; fix --beam_size(s)")
+    if alpha < 0:
+        raise ExportError(f"alpha must be >= 0, got {alpha}; fix --alpha")
+    if extra_length < 1:
+        raise ExportError(f"extra_length must be >= 1, got {extra_length}; fix --extra_length")
+    max_input = config.max_input_length or hp.max_position - extra_length - 1
+    if max_input < 1:
+        raise ExportError(
+            f"max_input_length {max_input} leaves no room: hparams max_position "
+            f"{hp.max_position} minus extra_length {extra_length}; lower --extra_length"
+        )
+    return SearchOptions(beam_size, float(alpha), extra_length, beam_sizes, max_input)
+
+
+class TranslationModule(tf.Module):
+    """What one SavedModel holds: the searcher and, for text signatures, the codecs.
+
+    Args:
+        searcher: the BeamSearcher (shared between the text and the ids-only module).
+        source_codec: tf.Module with `tokenize(strings [B]) -> ragged ids [B, (S)]`
+            (EOS appended), or None for an ids-only module (core TensorFlow ops only).
+        target_codec: tf.Module with `detokenize(ids [B, L]) -> strings [B]`, or None.
+    """
+
+    def __init__(self, searcher: BeamSearcher, source_codec=None, target_codec=None):
+        super().__init__(name="translation")
+        self.searcher = searcher
+        if source_codec is not None:
+            self.source_codec = source_codec
+            self.target_codec = target_codec
+        self._has_text = source_codec is not None
+
+    def translate_text(self, sentences, beam_size, alpha) -> dict:
+        """sentences string [B] -> {"translations": string [B], "scores": float32 [B]}.
+
+        A blank sentence (empty or whitespace) gets "" and score 0, as in the decoder.
+        """
+        ids = self.source_codec.tokenize(sentences)  # [B, (S)] with EOS
+        input_ids = tf.cast(ids.to_tensor(default_value=0), tf.int32)  # [B, S]
+        output_ids, scores = self.searcher.search(input_ids, beam_size, alpha)
+        translations = self.target_codec.detokenize(output_ids[:, 0, :])
+        # As the decoder command does, a blank sentence translates to a blank line.
+        blank = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)  # [B]
+        return {
+            "translations": tf.where(blank, "", translations),
+            "scores": tf.where(blank, 0.0, scores[:, 0]),
+        }
+
+    def translate_ids(self, input_ids, beam_size, alpha) -> dict:
+        """ids [B, S] -> {"output_ids": int32 [B, K, L], "scores": float32 [B, K]}."""
+        output_ids, scores = self.searcher.search(input_ids, beam_size, alpha)
+        return {"output_ids": output_ids, "scores": scores}
+
+    def warmup_request(self) -> dict:
+        """A predict body for `serving_default`: an empty sentence, or just EOS as ids."""
+        if self._has_text:
+            return {"signature_name": "serving_default", "instances": [""]}
+        return {"signature_name": "serving_default", "inputs": [[EOS_ID]]}
+
+    def signatures(self) -> dict:
+        """{name: concrete function} for tf.saved_model.save."""
+        sentences = tf.TensorSpec([None], tf.string, name="sentences")
+        input_ids = tf.TensorSpec([None, None], tf.int32, name="input_ids")
+        beam_size = tf.TensorSpec([], tf.int32, name="beam_size")
+        alpha = tf.TensorSpec([], tf.float32, name="alpha")
+        options = self.searcher.options
+
+        def defaults():
+            return tf.constant(options.beam_size, tf.int32), tf.constant(options.alpha, tf.float32)
+
+        def ids_default(input_ids):
+            return self.translate_ids(input_ids, *defaults())
+
+        functions = {
+            "translate_ids": tf.function(ids_default, input_signature=[input_ids]),
+            "translate_ids_with_options": tf.function(
+                self.translate_ids, input_signature=[input_ids, beam_size, alpha]
+            ),
+        }
+        if self._has_text:
+
+            def text_default(sentences):
+                return self.translate_text(sentences, *defaults())
+
+            functions["serving_default"] = tf.function(text_default, input_signature=[sentences])
+            functions["translate_with_options"] = tf.function(
+                self.translate_text, input_signature=[sentences, beam_size, alpha]
+            )
+        else:
+            functions["serving_default"] = functions["translate_ids"]
+        return {name: fn.get_concrete_function() for name, fn in functions.items()}
+
+
+def next_version(*model_dirs: str) -> int:
+    """One more than the largest numeric version folder in any of `model_dirs` (1 if none)."""
+    versions = [0]
+    for folder in model_dirs:
+        if os.path.isdir(folder):
+            versions += [int(name) for name in os.listdir(folder) if name.isdigit()]
+    return max(versions) + 1
+
+
+def _save(module: TranslationModule, model_dir: str, version: int, metadata: dict) -> str:
+    """Saves under a temporary name, then renames to MODEL_DIR/VERSION (never half-written)."""
+    os.makedirs(model_dir, exist_ok=True)
+    final = os.path.join(model_dir, str(version))
+    if os.path.exists(final):
+        raise ExportError(f"{final} already exists; exports never overwrite a version")
+    temporary = os.path.join(model_dir, f".tmp-{version}-{os.getpid()}")
+    shutil.rmtree(temporary, ignore_errors=True)
+    signatures = module.signatures()
+    tf.saved_model.save(module, temporary, signatures=signatures)
+    os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
+    with open(os.path.join(temporary, METADATA_FILE), "w") as f:
+        json.dump(dict(metadata, signatures=sorted(signatures)), f, indent=2, sort_keys=True)
+    with open(os.path.join(temporary, WARMUP_FILE), "w") as f:
+        json.dump([module.warmup_request()], f)
+    os.rename(temporary, final)
+    return final
+
+
+def export_model(
+    trained: TrainedModel,
+    data_dir: str,
+    export_dir: str,
+    model_name: str,
+    config: ExportConfig = ExportConfig(),
+) -> ExportResult:
+    """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
+
+    Args:
+        trained: from `load_trained_model`.
+        data_dir: the data folder of the problem (for its vocabulary).
+        export_dir: the folder of exported models.
+        model_name: the model's name; its versions go to EXPORT_DIR/MODEL_NAME/.
+        config: search settings and limits.
+
+    Returns:
+        ExportResult with the version and the two version folders.
+    """
+    if not model_name or os.sep in model_name or model_name.startswith("."):
+        raise ExportError(f"model name {model_name!r} must be a plain folder name")
+    options = resolve_options(config, trained.problem, trained.hp)
+    encoders = trained.problem.encoders(data_dir)
+    source_codec = codec_for(encoders["inputs"], trained.problem.name)
+    target_codec = (
+        source_codec
+        if encoders["targets"] is encoders["inputs"]
+        else codec_for(encoders["targets"], trained.problem.name)
+    )
+    ids_name = model_name + IDS_SUFFIX if config.ids_model_name is None else config.ids_model_name
+    text_base = os.path.join(export_dir, model_name)
+    ids_base = os.path.join(export_dir, ids_name) if ids_name else None
+    version = next_version(text_base, *([ids_base] if ids_base else []))
+    metadata = {
+        "problem": trained.problem.name,
+        "checkpoint": trained.checkpoint_path,
+        "hparams": dataclasses.asdict(trained.hp),
+        "search": dataclasses.asdict(options),
+        "version": version,
+    }
+    searcher = BeamSearcher(trained.model, options)
+    text_module = TranslationModule(searcher, source_codec, target_codec)
+    text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
+    ids_dir = None
+    if ids_base:
+        ids_module = TranslationModule(searcher)
+        ids_dir = _save(ids_module, ids_base, version, dict(metadata, kind="ids"))
+    return ExportResult(version, text_dir, ids_dir, options)
+
+
+def export_from_run(
+    problem: str,
+    data_dir: str,
+    output_dir: str,
+    export_dir: str,
+    model_name: str,
+    checkpoint_path: str | None = None,
+    hparams_set: str | None = None,
+    overrides: str = "",
+    config: ExportConfig = ExportConfig(),
+) -> ExportResult:
+    """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call."""
+    trained = load_trained_model(
+        problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides
+    )
+    return export_model(trained, data_dir, export_dir, model_name, config)

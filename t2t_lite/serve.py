@@ -1,0 +1,54 @@
+"""Serves exported SavedModels over TF Serving's REST API: `python -m t2t_lite.serve --model_dir=...`.
+
+Loads the newest version in MODEL_DIR (= EXPORT_DIR/MODEL_NAME), picks up newer ones as
+they appear, and stops gracefully on SIGTERM. See t2t_lite/serving/server.py for the API.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "EXPORT_DIR/MODEL_NAME, holding integer version folders.")
+flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
+flags.DEFINE_integer("port", 8501, "Port to listen on; 0 = any free port (printed when ready).")
+flags.DEFINE_integer("max_batch_size", 8, "Sentences per model call; 1 turns batching off.")
+flags.DEFINE_float("batch_wait_ms", 5.0, "Longest wait of a request for others to batch with.")
+flags.DEFINE_integer("batch_threads", 1, "Batches run side by side (one per core helps on CPU).")
+flags.DEFINE_integer("max_body_bytes", 4 << 20, "Larger request bodies are refused (413).")
+flags.DEFINE_float("poll_seconds", 5.0, "Look for a new version this often; 0 = never.")
+flags.DEFINE_float("request_timeout", 60.0, "Seconds a client may take to send its request.")
+flags.DEFINE_bool("access_log", False, "Log every request to stderr.")
+flags.mark_flag_as_required("model_dir")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    from t2t_lite.serving import ServerConfig, serve
+
+    config = ServerConfig(
+        host=FLAGS.host,
+        port=FLAGS.port,
+        max_batch_size=FLAGS.max_batch_size,
+        batch_wait_ms=FLAGS.batch_wait_ms,
+        batch_threads=FLAGS.batch_threads,
+        max_body_bytes=FLAGS.max_body_bytes,
+        poll_seconds=FLAGS.poll_seconds,
+        request_timeout_seconds=FLAGS.request_timeout,
+        access_log=FLAGS.access_log,
+    )
+    sys.exit(serve(FLAGS.model_dir, config))
+
+
+def run():
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,318 @@
+"""An HTTP server speaking TensorFlow Serving's REST API for the SavedModels of one folder.
+
+Routes (NAME is the model folder's name; `/versions/V` may follow `/v1/models/NAME`):
+
+    GET  /v1/models/NAME            {"model_version_status": [...]}
+    GET  /v1/models/NAME/metadata   {"model_spec": ..., "metadata": {"signature_def": ...}}
+    POST /v1/models/NAME:predict    {"instances": [...]} or {"inputs": ...}
+                                    -> {"predictions": [...]} or {"outputs": ...}
+    GET  /healthz                   200 when a version is serving, else 503, with counters
+                                    (batches, threads, resident memory)
+
+Errors are `{"error": "..."}` with TF Serving's codes: 400 bad request, 404 unknown model,
+version or path, 405 wrong method, 408 request timeout, 411 no Content-Length, 413 body
+over the limit, 500 model failure, 503 not ready.
+
+Each connection is served by its own thread and closed after one response (HTTP/1.0),
+so no thread outlives its request. `shutdown()` (SIGTERM in `serve`) stops accepting
+connections, lets queued requests run without waiting for batch company, waits for every
+request in flight to be answered, then stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import os
+import re
+import signal
+import sys
+import threading
+
+import tensorflow as tf
+
+from t2t_lite.serving.batching import Batcher, ShuttingDown
+from t2t_lite.serving.model_store import ModelStore
+from t2t_lite.serving.rest import RequestError, encode_response, parse_predict
+
+_MODEL_PATH = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
+    r"(?P<action>/metadata|:[A-Za-z]+)?$"
+)
+_DISCARD_LIMIT = 64 << 20  # bytes of an oversized body read (and dropped) before answering
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """Where to listen and how to batch and bound requests."""
+
+    host: str = "127.0.0.1"
+    port: int = 8501  # 0 = any free port
+    max_batch_size: int = 8  # <= 1 turns batching off
+    batch_wait_ms: float = 5.0
+    batch_threads: int = 1  # batches run side by side
+    max_body_bytes: int = 4 << 20
+    poll_seconds: float = 5.0  # 0 = never look for new versions
+    request_timeout_seconds: float = 60.0
+    access_log: bool = False
+
+
+def tf_error_message(error: tf.errors.OpError) -> str:
+    """The useful line of a TensorFlow error: the failed assertion, else the first line."""
+    text = error.message.replace("\\'", "'")
+    found = re.search(r"assertion failed: (.*)", text)
+    line = found.group(1) if found else text.strip().splitlines()[0]
+    return line[:600]
+
+
+def _resident_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+class _HTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = False  # server_close() waits for requests in flight
+    block_on_close = True
+    request_queue_size = 256  # connections the kernel holds until accepted (default 5)
+
+
+class ModelServer:
+    """Serves the newest SavedModel of `model_dir` over HTTP.
+
+    Args:
+        model_dir: EXPORT_DIR/MODEL_NAME with integer version folders.
+        config: the ServerConfig.
+        log: where progress lines go (stderr by default).
+    """
+
+    def __init__(self, model_dir: str, config: ServerConfig = ServerConfig(), log=None):
+        self.config = config
+        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.store = ModelStore(model_dir, config.poll_seconds, self._log)
+        self.batcher = Batcher(
+            config.max_batch_size, config.batch_wait_ms / 1000.0, config.batch_threads
+        )
+        self._httpd = _HTTPServer((config.host, config.port), _make_handler(self))
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self.store.name
+
+    @property
+    def address(self) -> tuple:
+        """(host, port) actually bound."""
+        return self._httpd.server_address[:2]
+
+    def start(self) -> int:
+        """Starts answering (503 until loaded), loads the newest version; returns it.
+
+        Raises:
+            FileNotFoundError: when `model_dir` holds no loadable version.
+        """
+        self._thread.start()
+        model = self.store.load_newest()
+        if model is None:
+            self.shutdown()
+            raise FileNotFoundError(
+                f"{self.store.model_dir} holds no loadable SavedModel version (integer "
+                "folders with saved_model.pb); export one with `python -m t2t_lite.exporter`"
+            )
+        self.store.start_watching()
+        return model.version
+
+    def shutdown(self) -> None:
+        """Stops accepting, answers every request in flight, stops the workers."""
+        self._stopping = True
+        self._httpd.shutdown()
+        self.batcher.flush()
+        self._httpd.server_close()  # Joins the request threads.
+        self.batcher.close()
+        self.store.stop()
+
+    def health(self) -> tuple:
+        current = self.store.current
+        status = "shutting_down" if self._stopping else "ok" if current else "loading"
+        payload = {
+            "status": status,
+            "model": self.name,
+            "version": current.version if current else None,
+            "batching": self.batcher.stats(),
+            "threads": threading.active_count(),
+            "resident_bytes": _resident_bytes(),
+        }
+        return (200 if status == "ok" else 503), payload
+
+    def handle_get(self, path: str) -> tuple:
+        if path.split("?", 1)[0] == "/healthz":
+            return self.health()
+        name, version, action = self._route(path)
+        if action not in ("", "/metadata"):
+            raise RequestError(405, f"{action} needs POST")
+        if action == "/metadata":
+            model = self._model(name, version)
+            return 200, {
+                "model_spec": {"name": name, "signature_name": "", "version": str(model.version)},
+                "metadata": {"signature_def": {"signature_def": model.signature_defs}},
+            }
+        entries = self.store.status(version)
+        if not entries:
+            raise RequestError(404, f"model {name} has no version {version}")
+        return 200, {"model_version_status": entries}
+
+    def handle_post(self, path: str, body: bytes) -> tuple:
+        name, version, action = self._route(path)
+        if action != ":predict":
+            if action in (":classify", ":regress"):
+                raise RequestError(
+                    400, f"{action[1:]} is not supported: the model has predict signatures"
+                )
+            raise RequestError(
+                405 if action in ("", "/metadata") else 404, f"cannot POST to {path}"
+            )
+        model = self._model(name, version)
+        request = parse_predict(body, model.signatures)
+        try:
+            outputs = self.batcher.run(model, request)
+        except tf.errors.InvalidArgumentError as error:
+            raise RequestError(400, tf_error_message(error)) from None
+        except tf.errors.OpError as error:
+            raise RequestError(500, f"{type(error).__name__}: {tf_error_message(error)}") from None
+        except ShuttingDown as error:
+            raise RequestError(503, str(error)) from None
+        return 200, encode_response(outputs, request.row_format)
+
+    def _route(self, path: str) -> tuple:
+        path = path.split("?", 1)[0]
+        match = _MODEL_PATH.match(path)
+        if not match:
+            raise RequestError(404, f"no such path {path!r}; see /v1/models/{self.name}")
+        name, version = match.group("name"), match.group("version")
+        if name != self.name:
+            raise RequestError(
+                404,
+                f"Servable not found for request: model {name!r} (this server has {self.name!r})",
+            )
+        if version is not None and not version.isdigit():
+            raise RequestError(404, f"version {version!r} is not an integer")
+        return name, int(version) if version else None, match.group("action") or ""
+
+    def _model(self, name: str, version: int | None):
+        model = self.store.current
+        if model is None:
+            raise RequestError(503, f"model {name} has no version loaded yet")
+        if version is not None and version != model.version:
+            raise RequestError(
+                404,
+                f"version {version} of model {name} is not available; "
+                f"serving version {model.version}",
+            )
+        return model
+
+
+def _make_handler(server: ModelServer):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = server.config.request_timeout_seconds
+        server_version = "t2t_lite-serve"
+
+        def do_GET(self):  # noqa: N802 - http.server's naming.
+            self._answer(lambda: server.handle_get(self.path))
+
+        def do_POST(self):  # noqa: N802
+            self._answer(lambda: server.handle_post(self.path, self._read_body()))
+
+        def _not_allowed(self):
+            def refuse():
+                raise RequestError(405, f"{self.command} is not supported; use GET or POST")
+
+            self._answer(refuse)
+
+        do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
+
+        def _read_body(self) -> bytes:
+            length = self.headers.get("Content-Length")
+            if length is None:
+                raise RequestError(411, "a Content-Length header is required")
+            if not length.isdigit():
+                raise RequestError(400, f"Content-Length {length!r} is not a number")
+            length = int(length)
+            limit = server.config.max_body_bytes
+            if length > limit:
+                self._discard(length)
+                raise RequestError(413, f"the body has {length:,} bytes; the limit is {limit:,}")
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                raise RequestError(408, "timed out reading the body") from None
+            if len(body) != length:
+                raise RequestError(400, f"the body ended after {len(body)} of {length} bytes")
+            return body
+
+        def _discard(self, length: int) -> None:
+            """Reads an oversized body away so that the client gets to read the 413."""
+            remaining = min(length, _DISCARD_LIMIT)
+            try:
+                while remaining > 0:
+                    chunk = self.rfile.read(min(remaining, 1 << 16))
+                    if not chunk:
+                        return
+                    remaining -= len(chunk)
+            except (TimeoutError, OSError):
+                return
+
+        def _answer(self, compute) -> None:
+            try:
+                status, payload = compute()
+            except RequestError as error:
+                status, payload = error.status, {"error": error.message}
+            except Exception as error:  # noqa: BLE001 - a request must never kill the server.
+                status = 500
+                payload = {"error": f"internal error: {type(error).__name__}: {error}"[:600]}
+            data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass  # The client left; nothing to answer.
+
+        def log_message(self, format, *args):  # noqa: A002 - http.server's signature.
+            if server.config.access_log:
+                sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+    return Handler
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def serve(model_dir: str, config: ServerConfig = ServerConfig()) -> int:
+    """Serves until SIGTERM or SIGINT, then shuts down gracefully; returns the exit code.
+
+    Prints `serving model NAME version V at http://HOST:PORT` once ready.
+    """
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server = ModelServer(model_dir, config)
+    try:
+        version = server.start()
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    host, port = server.address
+    _say(f"serving model {server.name} version {version} at http://{host}:{port}")
+    while not stop.wait(1.0):
+        pass
+    _say("shutting down: finishing the requests in flight")
+    server.shutdown()
+    _say("stopped")
+    return 0

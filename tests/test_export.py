@@ -1,0 +1,395 @@
+"""The exporter: layout, SavedModel == in-process search in a fresh process, CLI tools, limits.
+
+A tiny Transformer is trained on algorithmic_reverse; its SavedModels are reloaded in a
+new Python process and must give exactly (bit for bit) the ids, scores and text of the
+in-process `Translator` and of the decoder command on the same sentences.
+"""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+from t2t_lite import hparams, problems
+from t2t_lite.export import ExportConfig, ExportError, SymbolCodec, codec_for, export_from_run
+from t2t_lite.export.exporter import METADATA_FILE, WARMUP_FILE, resolve_options
+from t2t_lite.inference import SearchConfig, Translator, decode, load_trained_model, strip_ids
+from t2t_lite.inference.decode import pad_batch
+from t2t_lite.problems.algorithmic import SymbolEncoder
+from t2t_lite.training import trainer
+
+PROBLEM = "algorithmic_reverse"
+TINY = (
+    "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48,"
+    "warmup_steps=100,dropout=0.0,attention_dropout=0.0,relu_dropout=0.0"
+)
+BEAM, ALPHA, EXTRA = 2, 0.6, 10  # EXTRA: the problem's extra_decode_length
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+# Runs in a new Python process: reloads both SavedModels and reports every output.
+FRESH_PROCESS = r"""
+import json, sys
+import numpy as np, tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers tokenizer ops if the model uses them)
+
+args = json.loads(sys.argv[1])
+text, ids_only = tf.saved_model.load(args["text_dir"]), tf.saved_model.load(args["ids_dir"])
+default, options = text.signatures["serving_default"], text.signatures["translate_with_options"]
+sentences = tf.constant(args["sentences"])
+input_ids = tf.constant(np.array(args["input_ids"], np.int32))
+
+def listed(outputs):
+    lists = {k: v.numpy().tolist() for k, v in outputs.items()}
+    return {k: [t.decode() for t in v] if outputs[k].dtype == tf.string else v
+            for k, v in lists.items()}
+
+def error(call):
+    try:
+        call()
+    except tf.errors.InvalidArgumentError as e:
+        return e.message
+    return "no error"
+
+beam_1 = dict(beam_size=tf.constant(1), alpha=tf.constant(0.0))
+beam_3 = dict(beam_size=tf.constant(3), alpha=tf.constant(0.6))
+out = {
+    "default": listed(default(sentences=sentences)),
+    "options": listed(options(sentences=sentences, **beam_1)),
+    "text_ids": listed(text.signatures["translate_ids"](input_ids=input_ids)),
+    "ids_only": listed(ids_only.signatures["translate_ids"](input_ids=input_ids)),
+    "blank": listed(default(sentences=tf.constant(["", "  ", "1 2"]))),
+    "bad_beam": error(lambda: options(sentences=sentences, **beam_3)),
+    "bad_token": error(lambda: default(sentences=tf.constant(["1 x 2"]))),
+    "bad_symbol": error(lambda: default(sentences=tf.constant(["1 10"]))),
+    "too_long": error(lambda: default(sentences=tf.constant([" ".join(["7"] * 5000)]))),
+    "bad_id": error(lambda: ids_only.signatures["translate_ids"](input_ids=[[3, 12, 1]])),
+}
+print(json.dumps(out))
+"""
+
+
+def _hp():
+    return hparams.override(hparams.get("transformer_tiny"), TINY)
+
+
+def _train(output_dir, steps, **overrides):
+    config = trainer.RunConfig(
+        problem=PROBLEM,
+        output_dir=str(output_dir),
+        train_steps=steps,
+        eval_steps=1,
+        eval_every=steps,
+        save_every=steps,
+        log_every=steps,
+        **overrides,
+    )
+    trainer.train_and_evaluate(config, _hp(), printer=lambda line: None)
+    return str(output_dir)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("run"), 60)
+
+
+@pytest.fixture(scope="module")
+def exported(run, tmp_path_factory):
+    export_dir = tmp_path_factory.mktemp("export")
+    config = ExportConfig(beam_size=BEAM, alpha=ALPHA)
+    return export_from_run(PROBLEM, "", run, str(export_dir), "rev", config=config)
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    """Twelve dev-split inputs of the problem, as text (lengths 1 to 40 symbols)."""
+    problem = problems.get(PROBLEM)
+    encoder = problem.encoders("")["inputs"]
+    pairs = [pair for pair, _ in zip(problem.generate("dev"), range(12))]
+    return [encoder.decode(inputs) for inputs, _ in pairs]
+
+
+def _search(run, sentences, beam_size, alpha):
+    """In-process reference: the Translator's ids [B, K, L], scores [B, K] and best text."""
+    trained = load_trained_model(PROBLEM, "", run)
+    encoder = trained.problem.encoders("")["inputs"]
+    input_ids = pad_batch([encoder.encode(s) for s in sentences])
+    translator = Translator(
+        trained.model, SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=EXTRA)
+    )
+    ids, scores = (t.numpy() for t in translator.search(input_ids))
+    text = [encoder.decode(strip_ids(row[0])) for row in ids]
+    return input_ids, ids, scores, text
+
+
+@pytest.fixture(scope="module")
+def reference(run, sentences):
+    return _search(run, sentences, BEAM, ALPHA)
+
+
+@pytest.fixture(scope="module")
+def fresh(exported, reference, sentences):
+    args = {
+        "text_dir": exported.text_dir,
+        "ids_dir": exported.ids_dir,
+        "sentences": sentences,
+        "input_ids": reference[0].tolist(),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_versions_are_written_in_tf_serving_layout(exported):
+    base = os.path.dirname(os.path.dirname(exported.text_dir))
+    assert exported.version == 1
+    assert exported.text_dir == os.path.join(base, "rev", "1")
+    assert exported.ids_dir == os.path.join(base, "rev_ids", "1")
+    assert sorted(os.listdir(os.path.join(base, "rev"))) == ["1"], "no temporary folder left"
+    for folder in (exported.text_dir, exported.ids_dir):
+        assert os.path.isfile(os.path.join(folder, "saved_model.pb"))
+    metadata = json.load(open(os.path.join(exported.text_dir, METADATA_FILE)))
+    assert metadata["problem"] == PROBLEM and metadata["version"] == 1
+    assert metadata["search"]["beam_size"] == BEAM and metadata["search"]["beam_sizes"] == [1, 2]
+    assert metadata["signatures"] == [
+        "serving_default", "translate_ids", "translate_ids_with_options", "translate_with_options"
+    ]  # fmt: skip
+    ids_metadata = json.load(open(os.path.join(exported.ids_dir, METADATA_FILE)))
+    assert "translate_with_options" not in ids_metadata["signatures"]
+    assert json.load(open(os.path.join(exported.text_dir, WARMUP_FILE)))[0]["instances"] == [""]
+
+
+def test_fresh_process_text_equals_in_process_search(fresh, reference):
+    _, _, scores, text = reference
+    assert fresh["default"]["translations"] == text
+    assert len(set(text)) > 6, "the trained model should give varied translations"
+    np.testing.assert_array_equal(np.float32(fresh["default"]["scores"]), scores[:, 0])
+
+
+def test_fresh_process_ids_equal_in_process_search(fresh, reference):
+    _, ids, scores, _ = reference
+    for name in ("text_ids", "ids_only"):
+        np.testing.assert_array_equal(np.array(fresh[name]["output_ids"]), ids[:, :, 1:])
+        np.testing.assert_array_equal(np.float32(fresh[name]["scores"]), scores)
+
+
+def test_beam_size_and_alpha_per_request(fresh, run, sentences):
+    _, _, scores, text = _search(run, sentences, beam_size=1, alpha=0.0)
+    assert fresh["options"]["translations"] == text
+    np.testing.assert_array_equal(np.float32(fresh["options"]["scores"]), scores[:, 0])
+    assert "choose one of [1, 2]" in fresh["bad_beam"]
+
+
+def test_blank_sentences_translate_to_blank_lines(fresh):
+    assert fresh["blank"]["translations"][:2] == ["", ""]
+    assert fresh["blank"]["scores"][:2] == [0.0, 0.0]
+    assert fresh["blank"]["translations"][2] != ""
+
+
+def test_bad_inputs_fail_with_messages(fresh):
+    assert "integers 0..9 separated by spaces" in fresh["bad_token"] and "[x]" in fresh["bad_token"]
+    assert "symbols must be below 10" in fresh["bad_symbol"]
+    assert "longer than this export's limit of 1013 ids" in fresh["too_long"].replace("\\'", "'")
+    assert "below the vocabulary size 12" in fresh["bad_id"]
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def test_saved_model_cli_show_lists_the_signatures(exported):
+    result = _cli("saved_model_cli", "show", "--dir", exported.text_dir, "--all")
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in (
+        "serving_default", "translate_with_options", "translate_ids", "translate_ids_with_options"
+    ):  # fmt: skip
+        assert f"signature_def['{name}']" in result.stdout
+    for line in (
+        "inputs['sentences'] tensor_info:", "outputs['translations'] tensor_info:",
+        "inputs['input_ids'] tensor_info:", "outputs['output_ids'] tensor_info:",
+        "inputs['beam_size'] tensor_info:",
+    ):  # fmt: skip
+        assert line in result.stdout
+
+
+def test_saved_model_cli_run_translates_ids(exported, reference, tmp_path):
+    """The graph-mode loader (as in TF Serving) restores every variable the search reads."""
+    input_ids, ids, scores, _ = reference
+    np.save(tmp_path / "input_ids.npy", input_ids)
+    result = _cli(
+        "saved_model_cli", "run", "--dir", exported.ids_dir, "--tag_set", "serve",
+        "--signature_def", "translate_ids", "--inputs", f"input_ids={tmp_path / 'input_ids.npy'}",
+        "--outdir", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_ids.npy"), ids[:, :, 1:])
+    # The session runtime optimises the graph its own way: float sums may round differently.
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "scores.npy"), scores, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_decoder_command_gives_the_same_text(fresh, run, sentences, tmp_path):
+    source = tmp_path / "input.txt"
+    source.write_text("".join(s + "\n" for s in sentences))
+    result = _cli(
+        sys.executable, "-m", "t2t_lite.decoder", f"--problem={PROBLEM}", f"--output_dir={run}",
+        f"--decode_from_file={source}", f"--decode_to_file={tmp_path / 'out.txt'}",
+        f"--beam_size={BEAM}", f"--alpha={ALPHA}", "--batch_size=64",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "out.txt").read_text().split("\n")[:-1] == fresh["default"]["translations"]
+
+
+@pytest.mark.slow
+def test_exporter_command_writes_the_next_version(exported, run):
+    base = os.path.dirname(os.path.dirname(exported.text_dir))
+    result = _cli(
+        sys.executable, "-m", "t2t_lite.exporter", f"--problem={PROBLEM}", f"--output_dir={run}",
+        f"--export_dir={base}", "--model_name=rev", "--beam_size=2", "--beam_sizes=2",
+        "--ids_model_name=",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"exported version 2: {os.path.join(base, 'rev', '2')}" in result.stdout
+    assert sorted(os.listdir(os.path.join(base, "rev"))) == ["1", "2"]
+    assert sorted(os.listdir(os.path.join(base, "rev_ids"))) == ["1"]
+
+
+def test_exporter_command_errors_are_one_clear_line(tmp_path):
+    result = _cli(
+        sys.executable, "-m", "t2t_lite.exporter", f"--problem={PROBLEM}",
+        f"--output_dir={tmp_path}", f"--export_dir={tmp_path / 'e'}", "--model_name=rev",
+        "--hparams_set=transformer_tiny",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert f"no checkpoint in {tmp_path}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_model_trained_under_mirrored_strategy_exports_the_same(tmp_path, sentences):
+    run = _train(tmp_path / "mirrored", 20, strategy="mirrored", cpu_replicas=2)
+    manifest = json.load(open(os.path.join(run, "manifest.json")))
+    assert manifest["replicas"] == 2
+    result = export_from_run(PROBLEM, "", run, str(tmp_path / "export"), "rev",
+                             config=ExportConfig(beam_size=BEAM, alpha=ALPHA, beam_sizes=(BEAM,),
+                                                 ids_model_name=""))  # fmt: skip
+    input_ids, ids, scores, text = _search(run, sentences, BEAM, ALPHA)
+    reloaded = tf.saved_model.load(result.text_dir)
+    outputs = reloaded.signatures["serving_default"](sentences=tf.constant(sentences))
+    assert [t.decode() for t in outputs["translations"].numpy()] == text
+    np.testing.assert_array_equal(outputs["scores"].numpy(), scores[:, 0])
+    outputs = reloaded.signatures["translate_ids"](input_ids=tf.constant(input_ids))
+    np.testing.assert_array_equal(outputs["output_ids"].numpy(), ids[:, :, 1:])
+
+
+@pytest.mark.parametrize(
+    "text", ["3 1 4 1 5", "", "  0   9 ", "7", "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"]
+)
+def test_symbol_codec_matches_the_python_encoder(text):
+    encoder, codec = SymbolEncoder(10), SymbolCodec(10)
+    ids = codec.tokenize(tf.constant([text])).to_list()[0]
+    assert ids == encoder.encode(text) + [1]
+    padded = tf.constant([ids + [0, 0]])
+    assert codec.detokenize(padded).numpy().tolist() == [encoder.decode(ids).encode()]
+    assert codec.detokenize(tf.constant([[5, 1, 7, 7]])).numpy().tolist() == [b"3"]  # EOS ends
+
+
+def test_codec_for_refuses_encoders_without_an_in_graph_twin():
+    with pytest.raises(ValueError, match="has no in-graph version"):
+        codec_for(object(), "some_problem")
+
+
+def test_search_options_follow_the_problem_and_the_paper():
+    problem, hp = problems.get("multi30k_ende"), hparams.get("transformer_base")
+    options = resolve_options(ExportConfig(), problem, hp)
+    assert (options.beam_size, options.alpha, options.extra_length) == (4, 0.6, 50)
+    assert options.beam_sizes == (1, 2, 4)
+    assert options.max_input_length == 1024 - 50 - 1
+    wide = resolve_options(ExportConfig(beam_size=21, alpha=0.3), problem, hp)
+    assert wide.beam_sizes == (1, 2, 4, 8, 16, 21)
+    with pytest.raises(ExportError, match="alpha must be >= 0"):
+        resolve_options(ExportConfig(alpha=-1.0), problem, hp)
+    with pytest.raises(ExportError, match="lower --extra_length"):
+        resolve_options(ExportConfig(extra_length=1100), problem, hp)
+
+
+# Reloads a text SavedModel in a new process and translates the sentences given.
+FRESH_TRANSLATE = r"""
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+
+args = json.loads(sys.argv[1])
+outputs = tf.saved_model.load(args["text_dir"]).signatures["serving_default"](
+    sentences=tf.constant(args["sentences"]))
+print(json.dumps({"translations": [t.decode() for t in outputs["translations"].numpy()],
+                  "scores": outputs["scores"].numpy().tolist()}))
+"""
+
+
+def _op_types(saved_model_dir) -> set:
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(open(os.path.join(saved_model_dir, "saved_model.pb"), "rb").read())
+    graph = proto.meta_graphs[0].graph_def
+    types = {node.op for node in graph.node}
+    for function in graph.library.function:
+        types |= {node.op for node in function.node_def}
+    return types
+
+
+@pytest.mark.slow
+def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data):
+    """Real English sentences, tokenized and detokenized by SentencePiece inside the graph."""
+    data_dir = str(tmp_path / "data")
+    problem = problems.get("multi30k_ende")
+    problem.generate_data(data_dir, str(shared_data / "multi30k"), vocab_size=1000)
+    config = trainer.RunConfig(
+        problem="multi30k_ende", data_dir=data_dir, output_dir=str(tmp_path / "run"),
+        train_steps=20, eval_steps=1, eval_every=20, save_every=20, log_every=20,
+        eval_bleu_sentences=0,
+    )  # fmt: skip
+    trainer.train_and_evaluate(config, _hp(), printer=lambda line: None)
+    result = export_from_run(
+        "multi30k_ende", data_dir, config.output_dir, str(tmp_path / "export"), "ende",
+        config=ExportConfig(beam_size=2, beam_sizes=(2,)),
+    )  # fmt: skip
+    with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+        sentences = [next(f).rstrip("\n") for _ in range(12)]
+    trained = load_trained_model("multi30k_ende", data_dir, config.output_dir)
+    decoder = decode.Decoder(
+        trained, data_dir, decode.search_config(problem, beam_size=2), 64, lambda line: None
+    )
+    expected = decoder.translate(sentences)
+
+    args = json.dumps({"text_dir": result.text_dir, "sentences": sentences})
+    fresh = _cli(sys.executable, "-c", FRESH_TRANSLATE, args)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    got = json.loads(fresh.stdout.strip().splitlines()[-1])
+    assert got["translations"] == expected.best
+    np.testing.assert_array_equal(np.float32(got["scores"]), np.float32(expected.scores)[:, 0])
+
+    assert any(op.startswith("Sentencepiece") for op in _op_types(result.text_dir))
+    assert not any(op.startswith("Sentencepiece") for op in _op_types(result.ids_dir))
+    encoder = problem.encoders(data_dir)["inputs"]
+    input_ids = pad_batch([encoder.encode(s) for s in sentences])
+    np.save(tmp_path / "input_ids.npy", input_ids)
+    run = _cli(
+        "saved_model_cli", "run", "--dir", result.ids_dir, "--tag_set", "serve",
+        "--signature_def", "serving_default", "--inputs", f"input_ids={tmp_path / 'input_ids.npy'}",
+        "--outdir", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    translator = Translator(trained.model, decoder.config)
+    ids, _ = translator.search(input_ids)
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_ids.npy"), ids[:, :, 1:])
