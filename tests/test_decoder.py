@@ -127,14 +127,13 @@ def test_file_decode_keeps_input_order_empty_lines_and_returns_beams(
     # Beam 4 (the default): four tab-separated hypotheses per line, empty lines too.
     assert all(len(row) == 4 for row in rows)
     assert rows[5] == rows[11] == [""] * 4
-    # Batched by length and put back: each best hypothesis equals its own one-line decode
-    # (beams 2..K are not: with early stopping only the first beam is exact, and how far
-    # the search runs depends on the other rows of the batch, as in tensor2tensor) ...
+    # Batched by length and put back: each best hypothesis equals its own one-line decode,
+    # and with --return_beams the search runs until all K beams are final (stop_early off),
+    # so every beam equals the library's decode with that setting ...
     best = [row[0] for row in rows]
     assert best == [reverse_decoder.translate([line]).best[0] for line in lines]
-    same_batches = Decoder(
-        reverse_decoder.trained, "", reverse_decoder.config, 5, printer=lambda line: None
-    )
+    exact = dataclasses.replace(reverse_decoder.config, stop_early=False)
+    same_batches = Decoder(reverse_decoder.trained, "", exact, 5, printer=lambda line: None)
     batched = same_batches.translate(lines)
     assert rows == batched.beams
     # ... and the model reverses, so the best hypotheses follow the input order.

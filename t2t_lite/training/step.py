@@ -104,9 +104,11 @@ class TrainStep:
 
     def _apply(self, grads, stats):
         """Sums over replicas, normalises by global tokens, clips, applies (replica context)."""
+        # One all-reduce for gradients and statistics: a single collective launch, so the
+        # replicas can never start their collectives in different orders.
         context = tf.distribute.get_replica_context()
-        stats = dict(zip(STAT_KEYS, context.all_reduce(SUM, [stats[k] for k in STAT_KEYS])))
-        grads = context.all_reduce(SUM, grads)
+        reduced = context.all_reduce(SUM, list(grads) + [stats[k] for k in STAT_KEYS])
+        grads, stats = reduced[: len(grads)], dict(zip(STAT_KEYS, reduced[len(grads) :]))
         scale = 1.0 / tf.maximum(stats["tokens"], 1.0)
         grads = [g * scale for g in grads]
         norm = tf.linalg.global_norm(grads)
