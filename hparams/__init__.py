@@ -1,6 +1,6 @@
 """Hparams sets by name: `get(name)`, `names()`, `override(hp, "k=v,k=v")`."""
 
-from t2t_lite.hparams import transformer
+from t2t_lite.hparams import parsing, transformer
 from t2t_lite.hparams.hparams import HParams, override, validate
 
 _REGISTRY = {
@@ -14,6 +14,8 @@ _REGISTRY = {
         transformer.transformer_small,
         transformer.transformer_tiny,
         transformer.transformer_multi30k,
+        parsing.transformer_parsing,
+        parsing.transformer_parsing_small,
     )
 }
 

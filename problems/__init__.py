@@ -3,7 +3,7 @@
 The registry is an explicit table: a problem is available when it is listed here.
 """
 
-from t2t_lite.problems import algorithmic, multi30k, wmt
+from t2t_lite.problems import algorithmic, multi30k, parsing, wmt
 from t2t_lite.problems.problem import EOS_ID, PAD_ID, Problem, TextEncoder
 
 _PROBLEMS = (
@@ -15,6 +15,7 @@ _PROBLEMS = (
     wmt.Wmt14DeEn,
     wmt.Wmt14EnFr,
     wmt.Wmt14FrEn,
+    parsing.WsjParsing,
 )
 
 

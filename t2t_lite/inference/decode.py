@@ -329,6 +329,8 @@ def score_outputs(problem, hypotheses: Sequence[str], references: Sequence[str])
         DecodeError: for a problem scored by another tool (parsing: EVALB).
     """
     check_scorable(problem)
+    if problem.eval_metric == "parse_f1":
+        return dict(metric="parse_f1", **problem.score(hypotheses, references))
     if problem.eval_metric == "bleu":
         return dict(metric="bleu", **bleu_report(hypotheses, references, problem.target_language))
     matches = sum(h == r for h, r in zip(hypotheses, references, strict=True))
@@ -345,7 +347,7 @@ def score_outputs(problem, hypotheses: Sequence[str], references: Sequence[str])
 
 def check_scorable(problem) -> None:
     """Raises DecodeError unless `score_outputs` can score `problem` (BLEU or accuracy)."""
-    if problem.eval_metric not in ("bleu", "accuracy"):
+    if problem.eval_metric not in ("bleu", "accuracy", "parse_f1"):
         raise DecodeError(
             f"problem {problem.name} is scored by {problem.eval_metric}, not by the decoder; "
             "score the decodes with `python -m t2t_lite.evalb -p COLLINS.prm GOLD DECODES`"
@@ -354,6 +356,12 @@ def check_scorable(problem) -> None:
 
 def format_scores(report: dict) -> list:
     """One printable line per score, each with its label and signature."""
+    if report["metric"] == "parse_f1":
+        return [
+            f"EVALB bracketing F1 (COLLINS.prm): {report['f1']:.2f} (precision "
+            f"{report['precision']:.2f}, recall {report['recall']:.2f}, "
+            f"{report['valid']}/{report['sentences']} sentences scored)"
+        ]
     if report["metric"] == "bleu":
         return [
             f"{result['label']}: {result['score']:.2f}  [{result['signature']}]"
@@ -406,7 +414,14 @@ def decode_file(
     }
     decoder.printer(f"wrote {len(lines):,} lines to {output_path}")
     if references is not None:
-        report = score_outputs(decoder.problem, result.lines(), references)
+        hypotheses = result.lines()
+        if decoder.problem.eval_metric == "parse_f1":
+            # Decoded bracket sequences become repaired trees over each input's words.
+            hypotheses = [
+                decoder.problem.postprocess(text, line) if line.strip() else ""
+                for text, line in zip(hypotheses, lines)
+            ]
+        report = score_outputs(decoder.problem, hypotheses, references)
         report.update(
             hypotheses_file=output_path,
             reference_file=reference_path,

@@ -1,0 +1,223 @@
+"""Trains a parser on the shared WSJ sample and scores it against a right-branching baseline.
+
+    python tools/parse_wsj_sample.py --minutes=15 [--train_steps=N] [--beam_size=21] \\
+        [--shared_data=../shared/data] [--work_dir=/tmp/wsj_parsing_sample]
+
+1. datagen: `wsj_parsing` on `SHARED_DATA/wsj_sample` (train wsj_0001-0159, dev
+   wsj_0160-0169, test wsj_0170-0179) with a `--vocab_size` SentencePiece vocabulary, into
+   `WORK_DIR/data` (a rerun with the same inputs reuses it);
+2. training: `--hparams_set` (transformer_parsing_small) for `--train_steps` updates, or for
+   about `--minutes` of wall time: a first chunk of `--calibration_steps` measures the speed,
+   then training resumes in chunks sized to fill the budget; checkpoints go to `WORK_DIR/run`
+   (a rerun resumes from them, and `--minutes` then trains that much longer);
+3. decoding of the dev sentences with beam search, by default with the problem's decode
+   settings (beam 21, alpha 0.3, input + 300 tokens, section 6.3 of the paper);
+4. EVALB bracketing scores (COLLINS.prm semantics, gold POS tags on the leaves) of the model's
+   trees and of right-branching trees over the same sentences. Gold, model and baseline trees
+   are written to `WORK_DIR/` so that `python -m t2t_lite.evalb -p COLLINS.prm GOLD TEST`
+   can recompute every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from t2t_lite import hparams as hparams_lib  # noqa: E402
+from t2t_lite import problems  # noqa: E402
+from t2t_lite.inference import SearchConfig, Translator, load_trained_model, strip_ids  # noqa: E402
+from t2t_lite.problems import EOS_ID, trees  # noqa: E402
+from t2t_lite.training.trainer import RunConfig, train_and_evaluate  # noqa: E402
+
+PROBLEM = "wsj_parsing"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared_data", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--work_dir", default="/tmp/wsj_parsing_sample")
+    parser.add_argument("--vocab_size", type=int, default=4000)
+    parser.add_argument("--hparams_set", default="transformer_parsing_small")
+    parser.add_argument("--hparams", default="", help='overrides, "key=value,key=value"')
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--train_steps", type=int, help="optimizer updates (global step)")
+    budget.add_argument("--minutes", type=float, help="wall-time budget of training")
+    parser.add_argument("--calibration_steps", type=int, default=200)
+    parser.add_argument("--beam_size", type=int, default=None, help="default: the problem's")
+    parser.add_argument("--alpha", type=float, default=None, help="default: the problem's")
+    parser.add_argument("--extra_length", type=int, default=None, help="default: the problem's")
+    parser.add_argument("--greedy", action="store_true", help="also decode greedily")
+    parser.add_argument("--decode_batch", type=int, default=4, help="sentences per search")
+    parser.add_argument("--split", default="dev", choices=("dev", "test"))
+    parser.add_argument("--seed", type=int, default=1)
+    return parser.parse_args()
+
+
+def current_step(output_dir: str) -> int:
+    """The global step of the newest checkpoint in `output_dir` (0 without one)."""
+    path = tf.train.latest_checkpoint(output_dir)
+    return int(re.search(r"ckpt-(\d+)$", path).group(1)) if path else 0
+
+
+def train(args, data_dir: str, output_dir: str) -> int:
+    """Trains for the step or time budget; returns the final global step."""
+    hp = hparams_lib.override(hparams_lib.get(args.hparams_set), args.hparams)
+
+    def run(steps: int) -> None:
+        config = RunConfig(
+            problem=PROBLEM, output_dir=output_dir, data_dir=data_dir, train_steps=steps,
+            eval_every=500, save_every=500, log_every=100, seed=args.seed,
+        )  # fmt: skip
+        train_and_evaluate(config, hp)
+
+    if args.train_steps is not None:
+        run(args.train_steps)
+        return args.train_steps
+    # Chunks until the budget is spent: each chunk's speed (set-up included, so a slight
+    # underestimate) sizes the next, and training stops when less than a minute's worth is left.
+    began = time.monotonic()
+    deadline = began + args.minutes * 60
+    step, chunk = current_step(output_dir), args.calibration_steps
+    while True:
+        chunk_began = time.monotonic()
+        run(step + chunk)
+        step += chunk
+        rate = chunk / (time.monotonic() - chunk_began)
+        chunk = int(rate * (deadline - time.monotonic()))
+        if chunk < rate * 60:
+            break
+        print(f"measured {rate:.2f} steps/s; training on to step {step + chunk:,}")
+    print(f"training took {(time.monotonic() - began) / 60:.1f} minutes, {step:,} steps")
+    return step
+
+
+def decode(model, config: SearchConfig, encoder, inputs: list, batch: int) -> list:
+    """Decoded target text of each input text, by `config`'s search, in input order."""
+    translator = Translator(model, config)
+    ids = [encoder.encode(text) + [EOS_ID] for text in inputs]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together
+    outputs = [""] * len(ids)
+    for start in range(0, len(order), batch):
+        chosen = order[start : start + batch]
+        width = max(len(ids[i]) for i in chosen)
+        padded = np.zeros([len(chosen), width], np.int32)  # [B, S]
+        for row, index in enumerate(chosen):
+            padded[row, : len(ids[index])] = ids[index]
+        best, _ = translator.search(tf.constant(padded))  # [B, K, L], best beam first
+        for row, index in enumerate(chosen):
+            outputs[index] = encoder.decode(strip_ids(best[row, 0].numpy()))
+    return outputs
+
+
+def write_lines(path: Path, lines: list) -> None:
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def report_row(name: str, scores: dict) -> str:
+    return (
+        f"{name:<44} {scores['f1']:6.2f} {scores['precision']:6.2f} {scores['recall']:6.2f} "
+        f"{scores['complete_match']:8.2f} {scores['valid']:6d} {scores['errors']:6d}"
+    )
+
+
+def search_config(args, problem) -> SearchConfig:
+    """Beam search with the problem's defaults unless flags override them; says which."""
+    config = SearchConfig(
+        beam_size=args.beam_size or problem.beam_size,
+        alpha=problem.alpha if args.alpha is None else args.alpha,
+        extra_length=args.extra_length or problem.extra_decode_length,
+    )
+    defaults = (problem.beam_size, problem.alpha, problem.extra_decode_length)
+    same = (config.beam_size, config.alpha, config.extra_length) == defaults
+    print(
+        f"decoding with beam {config.beam_size}, alpha {config.alpha}, input + "
+        f"{config.extra_length} tokens ({'the paper' if same else 'NOT the paper'}: beam "
+        f"{defaults[0]}, alpha {defaults[1]}, input + {defaults[2]})"
+    )
+    return config
+
+
+def parse(model, problem, config, encoder, inputs, args, suffix: str) -> list:
+    """Decodes `inputs` with `config`; writes and returns the trees of the outputs."""
+    began = time.monotonic()
+    outputs = decode(model, config, encoder, inputs, args.decode_batch)
+    well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
+    print(
+        f"{suffix}: decoded {len(inputs)} {args.split} sentences in "
+        f"{time.monotonic() - began:.0f}s; {well_formed} outputs were well-formed trees over "
+        "the words, the rest were repaired"
+    )
+    work = Path(args.work_dir)
+    write_lines(work / f"{args.split}.{suffix}.linearized", outputs)
+    parsed = [problem.postprocess(out, text) for out, text in zip(outputs, inputs)]
+    write_lines(work / f"{args.split}.{suffix}", parsed)
+    return parsed
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(args.work_dir)
+    data_dir, output_dir = str(work / "data"), str(work / "run")
+    problem = problems.get(PROBLEM)
+    raw_dir = str(Path(args.shared_data) / "wsj_sample")
+    metadata = problem.generate_data(data_dir, raw_dir, vocab_size=args.vocab_size)
+    counts = {split: info["examples"] for split, info in sorted(metadata["splits"].items())}
+    print(f"datagen ({metadata['status']}): {counts}, vocab {args.vocab_size}")
+
+    steps = train(args, data_dir, output_dir)
+    model = load_trained_model(PROBLEM, data_dir, output_dir).model
+    encoder = problem.encoders(data_dir)["inputs"]
+    gold = problem.reference_trees(args.split, data_dir, raw_dir)
+    inputs = problem.reference_inputs(gold)
+    write_lines(work / f"{args.split}.gold", gold)
+    config = search_config(args, problem)
+    rows = {
+        f"{args.hparams_set}, {steps} steps, beam {config.beam_size}": parse(
+            model, problem, config, encoder, inputs, args, "model"
+        )
+    }
+    if args.greedy:
+        greedy = SearchConfig(method="greedy", extra_length=config.extra_length)
+        rows["the same, greedy"] = parse(model, problem, greedy, encoder, inputs, args, "greedy")
+    rows["right-branching baseline"] = [
+        trees.to_string(trees.right_branching(text.split())) for text in inputs
+    ]
+    write_lines(work / f"{args.split}.right_branching", rows["right-branching baseline"])
+    print(
+        f"\nWSJ sample {args.split} ({len(gold)} sentences), EVALB COLLINS.prm, gold POS tags\n"
+        f"{'':<44} {'F1':>6} {'P':>6} {'R':>6} {'complete':>8} {'valid':>6} {'errors':>6}"
+    )
+    for name, parsed in rows.items():
+        print(report_row(name, problem.score(parsed, gold)))
+    print(f"trees in {work}/{args.split}.{{gold,model,greedy,right_branching}}")
+
+
+def _well_formed(output: str, text: str) -> bool:
+    """True when the output needs no repair: one root, matching labels, one leaf per word."""
+    tokens, stack, leaves = output.split(), [], 0
+    for position, token in enumerate(tokens):
+        if token.startswith("("):
+            stack.append(token[1:])
+        elif token.startswith(")"):
+            if not stack or stack.pop() != token[1:]:
+                return False
+            if not stack and position != len(tokens) - 1:
+                return False
+        elif stack:
+            leaves += 1
+        else:
+            return False
+    return bool(tokens) and not stack and leaves == len(text.split())
+
+
+if __name__ == "__main__":
+    main()
