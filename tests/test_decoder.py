@@ -132,8 +132,10 @@ def test_file_decode_keeps_input_order_empty_lines_and_returns_beams(
     # so every beam equals the library's decode with that setting ...
     best = [row[0] for row in rows]
     assert best == [reverse_decoder.translate([line]).best[0] for line in lines]
+    # The same checkpoint the command restored (the newest in the run folder).
     exact = dataclasses.replace(reverse_decoder.config, stop_early=False)
-    same_batches = Decoder(reverse_decoder.trained, "", exact, 5, printer=lambda line: None)
+    trained = load_trained_model("algorithmic_reverse", "", str(reverse_run))
+    same_batches = Decoder(trained, "", exact, 5, printer=lambda line: None)
     batched = same_batches.translate(lines)
     assert rows == batched.beams
     # ... and the model reverses, so the best hypotheses follow the input order.

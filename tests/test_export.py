@@ -278,7 +278,19 @@ def test_exporter_command_errors_are_one_clear_line(tmp_path):
 
 @pytest.mark.slow
 def test_model_trained_under_mirrored_strategy_exports_the_same(tmp_path, sentences):
-    run = _train(tmp_path / "mirrored", 20, strategy="mirrored", cpu_replicas=2)
+    # Trained by the command in a process of its own, as a user would run it: one
+    # MirroredStrategy per process, over two logical CPU devices.
+    run = str(tmp_path / "mirrored")
+    command = [
+        sys.executable, "-m", "t2t_lite.trainer", f"--problem={PROBLEM}", f"--hparams={TINY}",
+        f"--output_dir={run}", "--train_steps=20", "--save_every=20", "--eval_every=20",
+        "--eval_steps=1", "--strategy=mirrored", "--cpu_replicas=2",
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
     manifest = json.load(open(os.path.join(run, "manifest.json")))
     assert manifest["replicas"] == 2
     result = export_from_run(PROBLEM, "", run, str(tmp_path / "export"), "rev",

@@ -100,14 +100,17 @@ def make_strategy(
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
-    gpus = [device.name for device in tf.config.list_logical_devices("GPU")]
+    # Physical devices only until the CPU is split: listing logical devices starts the runtime.
+    visible_gpus = len(tf.config.list_physical_devices("GPU"))
     if num_gpus is not None:
-        gpus = gpus[:num_gpus]
+        visible_gpus = min(visible_gpus, num_gpus)
     if name == "auto":
-        name = "mirrored" if len(gpus) > 1 or cpu_replicas > 1 else "one_device"
+        name = "mirrored" if visible_gpus > 1 or cpu_replicas > 1 else "one_device"
+    if name == "mirrored" and not visible_gpus:
+        return tf.distribute.MirroredStrategy(split_cpu(max(cpu_replicas, 1)))
+    gpus = [device.name for device in tf.config.list_logical_devices("GPU")][:visible_gpus]
     if name == "mirrored":
-        devices = gpus if gpus else split_cpu(max(cpu_replicas, 1))
-        return tf.distribute.MirroredStrategy(devices)
+        return tf.distribute.MirroredStrategy(gpus)
     if gpus:
         return tf.distribute.OneDeviceStrategy(gpus[0])
     return tf.distribute.get_strategy()
