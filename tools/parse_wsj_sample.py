@@ -146,8 +146,8 @@ def search_config(args, problem) -> SearchConfig:
     return config
 
 
-def parse(model, problem, config, encoder, inputs, args, suffix: str) -> list:
-    """Decodes `inputs` with `config`; writes and returns the trees of the outputs."""
+def parse(model, problem, config, encoder, inputs, tags, args, suffix: str) -> list:
+    """Decodes `inputs` with `config`; writes and returns the trees, with gold `tags` on."""
     began = time.monotonic()
     outputs = decode(model, config, encoder, inputs, args.decode_batch)
     well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
@@ -158,7 +158,7 @@ def parse(model, problem, config, encoder, inputs, args, suffix: str) -> list:
     )
     work = Path(args.work_dir)
     write_lines(work / f"{args.split}.{suffix}.linearized", outputs)
-    parsed = [problem.postprocess(out, text) for out, text in zip(outputs, inputs)]
+    parsed = [problem.postprocess(*item) for item in zip(outputs, inputs, tags)]
     write_lines(work / f"{args.split}.{suffix}", parsed)
     return parsed
 
@@ -179,17 +179,20 @@ def main() -> None:
     gold = problem.reference_trees(args.split, data_dir, raw_dir)
     inputs = problem.reference_inputs(gold)
     write_lines(work / f"{args.split}.gold", gold)
+    tags = [trees.tags(trees.parse_tree(tree)) for tree in gold]
     config = search_config(args, problem)
     rows = {
         f"{args.hparams_set}, {steps} steps, beam {config.beam_size}": parse(
-            model, problem, config, encoder, inputs, args, "model"
+            model, problem, config, encoder, inputs, tags, args, "model"
         )
     }
     if args.greedy:
         greedy = SearchConfig(method="greedy", extra_length=config.extra_length)
-        rows["the same, greedy"] = parse(model, problem, greedy, encoder, inputs, args, "greedy")
+        rows["the same, greedy"] = parse(
+            model, problem, greedy, encoder, inputs, tags, args, "greedy"
+        )
     rows["right-branching baseline"] = [
-        trees.to_string(trees.right_branching(text.split())) for text in inputs
+        trees.to_string(trees.right_branching(text.split(), tag)) for text, tag in zip(inputs, tags)
     ]
     write_lines(work / f"{args.split}.right_branching", rows["right-branching baseline"])
     print(

@@ -4,6 +4,10 @@ from t2t_lite.inference.restore import RestoreError, TrainedModel, load_trained_
 from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
 
 __all__ = [
-    "RestoreError", "SearchConfig", "TrainedModel", "Translator", "load_trained_model",
+    "RestoreError",
+    "SearchConfig",
+    "TrainedModel",
+    "Translator",
+    "load_trained_model",
     "strip_ids",
 ]

@@ -9,7 +9,11 @@ the model, so the output stays aligned with the input line for line.
 
 Output format: one line per input line, the best hypothesis; with `return_beams`, the
 beam's K hypotheses best first, separated by tabs (always K fields: a beam slot that no
-hypothesis filled is empty).
+hypothesis filled is empty). A parsing problem (eval_metric "parse_f1") writes trees, not
+the decoded bracket sequences: `problem.postprocess` turns each into a well-formed tree over
+the input's words, with the placeholder POS tag `XX` on the leaves, or, when a reference
+file is scored, its gold tags (the trees that are scored, so that
+`python -m t2t_lite.evalb -p COLLINS.prm REFERENCE OUTPUT` recomputes the printed scores).
 
 Inputs that cannot be decoded as given are reported, never skipped silently: a line the
 vocabulary refuses stops the run naming the file and line; a line longer than the model's
@@ -31,6 +35,7 @@ import tensorflow as tf
 from t2t_lite.inference.restore import TrainedModel
 from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
 from t2t_lite.metrics import bleu_report, write_bleu_json
+from t2t_lite.problems import trees
 from t2t_lite.training.progress import format_duration
 
 EOS_ID = 1
@@ -373,6 +378,67 @@ def format_scores(report: dict) -> list:
     ]
 
 
+def is_parsing(problem) -> bool:
+    """True for a problem whose outputs are linearized trees (scored by EVALB F1)."""
+    return problem.eval_metric == "parse_f1"
+
+
+def reference_tags(references: Sequence[str], inputs: Sequence[str], path: str) -> list:
+    """Per line of a gold-tree reference file, the POS tags of its preprocessed tree.
+
+    None for an empty line, and for a tree whose words are not the input line's words (its
+    hypothesis then keeps the placeholder tags, and EVALB reports the mismatch).
+
+    Raises:
+        DecodeError: for a line that is not exactly one tree, naming the file and line.
+    """
+    found = []
+    for number, (text, line) in enumerate(zip(references, inputs), start=1):
+        if not text.strip():
+            found.append(None)
+            continue
+        where = f"{path} line {number}"
+        try:
+            gold = trees.preprocess(trees.parse_tree(text, source=where))
+        except ValueError as error:
+            message = str(error).replace(f"{where}, tree 1, line 1:", f"{where}:")
+            if not message.startswith(where):
+                message = f"{where}: {message}"
+            raise DecodeError(
+                f"{message}; the reference file must hold one gold tree (PTB brackets) per line"
+            ) from None
+        found.append(trees.tags(gold) if trees.words(gold) == line.split() else None)
+    return found
+
+
+def output_lines(
+    problem,
+    result: DecodeResult,
+    inputs: Sequence[str],
+    return_beams: bool = False,
+    tags: Sequence | None = None,
+) -> list:
+    """The output lines of `result`: `result.lines(return_beams)`, or trees for parsing.
+
+    For a parsing problem every hypothesis becomes `problem.postprocess(hypothesis, input,
+    tags[i])`: a well-formed tree over exactly the input's words (placeholder tags without
+    `tags`); an empty input line stays empty, and so does a beam slot no hypothesis filled.
+    """
+    if not is_parsing(problem):
+        return result.lines(return_beams)
+    lines = []
+    for index, (beams, text) in enumerate(zip(result.beams, inputs)):
+        line_tags = tags[index] if tags is not None else None
+        parsed = [
+            problem.postprocess(hypothesis, text, line_tags)
+            if text.strip() and (hypothesis or rank == 0)
+            else ""
+            for rank, hypothesis in enumerate(beams if return_beams else beams[:1])
+        ]
+        lines.append("\t".join(parsed))
+    return lines
+
+
 def decode_file(
     decoder: Decoder,
     input_path: str,
@@ -394,6 +460,7 @@ def decode_file(
     """
     lines = read_lines(input_path)
     references = read_lines(reference_path) if reference_path else None
+    gold_tags = None
     if references is not None:
         check_scorable(decoder.problem)
         if len(references) != len(lines):
@@ -401,9 +468,11 @@ def decode_file(
                 f"{reference_path} has {len(references):,} lines but {input_path} has "
                 f"{len(lines):,}; pass the reference file aligned with the input"
             )
+        if is_parsing(decoder.problem):
+            gold_tags = reference_tags(references, lines, reference_path)
     write_lines(output_path, [])  # Fails now, not after decoding, if it cannot be written.
     result = decoder.translate(lines, source=input_path, show_progress=True)
-    write_lines(output_path, result.lines(return_beams))
+    write_lines(output_path, output_lines(decoder.problem, result, lines, return_beams, gold_tags))
     seconds = max(result.seconds, 1e-9)
     summary = {
         "sentences": len(lines),
@@ -414,13 +483,8 @@ def decode_file(
     }
     decoder.printer(f"wrote {len(lines):,} lines to {output_path}")
     if references is not None:
-        hypotheses = result.lines()
-        if decoder.problem.eval_metric == "parse_f1":
-            # Decoded bracket sequences become repaired trees over each input's words.
-            hypotheses = [
-                decoder.problem.postprocess(text, line) if line.strip() else ""
-                for text, line in zip(hypotheses, lines)
-            ]
+        # For parsing: the trees written above, with the gold tags on their leaves.
+        hypotheses = output_lines(decoder.problem, result, lines, tags=gold_tags)
         report = score_outputs(decoder.problem, hypotheses, references)
         report.update(
             hypotheses_file=output_path,
@@ -462,7 +526,8 @@ def interactive(decoder: Decoder, stdin=None, stdout=None, return_beams: bool = 
             print(f"error: {error}", file=sys.stderr, flush=True)
             stdout.write("\n")
         else:
-            stdout.write(result.lines(return_beams)[0] + "\n")
+            stdout.write(one_line(output_lines(decoder.problem, result, [text], return_beams)[0]))
+            stdout.write("\n")
         stdout.flush()
 
 
