@@ -51,7 +51,9 @@ def round_up_to_boundary(length: tf.Tensor, boundaries: list) -> tf.Tensor:
     return tf.where(index < len(boundaries), inside, tf.cast(length, tf.int32))
 
 
-def batch_by_length(boundaries: list, batch_size: int, drop_remainder: bool = False):
+def batch_by_length(
+    boundaries: list, batch_size: int, drop_remainder: bool = False, pad_to_bucket: bool = False
+):
     """Returns a `dataset.apply` transformation that batches examples by length bucket.
 
     Args:
@@ -59,6 +61,10 @@ def batch_by_length(boundaries: list, batch_size: int, drop_remainder: bool = Fa
             example must be at most `boundaries[-1]` long (filter first).
         batch_size: the token budget of one batch, counted as longest sequence x sequences.
         drop_remainder: drop each bucket's last, partial batch.
+        pad_to_bucket: pad every feature to the batch's bucket boundary, so that a bucket
+            has one [B, L] shape for all features (what XLA compiles once per shape);
+            by default each feature is padded to its own smallest boundary, which wastes
+            less when inputs and targets differ in length.
 
     Returns:
         A function `Dataset -> Dataset` producing dicts of int64 [B, L] batches whose
@@ -82,6 +88,10 @@ def batch_by_length(boundaries: list, batch_size: int, drop_remainder: bool = Fa
         return tf.gather(size_table, key)
 
     def pad_features(batch):
+        if pad_to_bucket:
+            longest = tf.reduce_max(tf.stack([tf.shape(value)[1] for value in batch.values()]))
+            bucket = round_up_to_boundary(longest, boundaries)
+            return {name: _pad_time(value, bucket) for name, value in batch.items()}
         return {
             name: _pad_time(value, round_up_to_boundary(tf.shape(value)[1], boundaries))
             for name, value in batch.items()

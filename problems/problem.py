@@ -130,6 +130,7 @@ class Problem:
         seed: int = 0,
         input_context: tf.distribute.InputContext | None = None,
         num_epochs: int | None = None,
+        pad_to_bucket: bool = False,
     ) -> tf.data.Dataset:
         """Length-bucketed token batches `{"inputs": [B, S], "targets": [B, T]}` of `split`.
 
@@ -146,6 +147,9 @@ class Problem:
             input_context: from `strategy.distribute_datasets_from_function`; shards
                 the examples so every replica pipeline reads a distinct part.
             num_epochs: passes over the data (None = forever when training, 1 otherwise).
+            pad_to_bucket: pad inputs and targets alike to their bucket's boundary, so
+                that training batches take one shape per bucket (S = T); see
+                `pipeline.batch_by_length`.
 
         Returns:
             The batched dataset, prefetched.
@@ -164,7 +168,9 @@ class Problem:
         else:
             dataset = dataset.map(_check_length(self.name, split, max_length))
             dataset = dataset.repeat(num_epochs or 1)
-        dataset = dataset.apply(pipeline.batch_by_length(boundaries, hp.batch_size))
+        dataset = dataset.apply(
+            pipeline.batch_by_length(boundaries, hp.batch_size, pad_to_bucket=pad_to_bucket)
+        )
         return dataset.prefetch(tf.data.AUTOTUNE)
 
     def _report_dropped(self, split: str, data_dir: str, max_length: int) -> None:

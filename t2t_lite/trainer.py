@@ -33,7 +33,10 @@ flags.DEFINE_enum(
 flags.DEFINE_integer("num_gpus", None, "Use this many of the visible GPUs.")
 flags.DEFINE_integer("cpu_replicas", 1, "Mirror over this many logical CPU devices.")
 flags.DEFINE_integer("seed", 1, "Random seed for weights, dropout and shuffling.")
-flags.DEFINE_bool("jit_compile", False, "Compile the forward and backward pass with XLA.")
+flags.DEFINE_bool(
+    "jit_compile", None, "Compile the forward and backward pass with XLA (--nojit_compile: "
+    "never). Unset: on GPUs and TPUs, off on CPUs, where tools/benchmark_train.py measures no gain.",
+)  # fmt: skip
 flags.DEFINE_integer(
     "eval_bleu_sentences", 200, "BLEU problems: dev sentences decoded and scored with sacreBLEU "
     "at every evaluation (eval/bleu, eval/samples); 0 turns it off."

@@ -166,3 +166,29 @@ def test_padding_efficiency_beats_ninety_percent(train_epoch):
     real = sum(np.count_nonzero(b[k]) for b in train_epoch for k in ("inputs", "targets"))
     total = sum(b[k].size for b in train_epoch for k in ("inputs", "targets"))
     assert real / total >= 0.90
+
+
+def test_pad_to_bucket_gives_one_shape_per_bucket_with_the_same_examples(enfr, train_epoch):
+    """What the XLA-compiled step relies on: as many batch shapes as buckets, S = T."""
+    problem, data_dir, _ = enfr
+    dataset = problem.dataset(
+        "train", data_dir, HP, training=True, num_epochs=1, seed=5, pad_to_bucket=True
+    )
+    batches = list(dataset.as_numpy_iterator())
+    boundaries = pipeline.bucket_boundaries(8, HP.max_length, 1.1)
+    shapes = Counter(batch["inputs"].shape for batch in batches)
+    for batch in batches:
+        assert batch["inputs"].shape == batch["targets"].shape
+        (size, length) = batch["inputs"].shape
+        longest = max(max(len(x), len(y)) for x, y in rows([batch]))
+        assert length == pipeline.boundary_of(longest, boundaries)
+    # Full batches have the bucket's batch size; only a bucket's last batch of the epoch
+    # is partial, so beyond one shape per bucket there is at most one more per bucket.
+    sizes = dict(zip(boundaries, pipeline.bucket_batch_sizes(boundaries, HP.batch_size)))
+    full = {(sizes[length], length) for (_, length) in shapes}
+    assert {shape for shape in shapes if shapes[shape] > 1} <= full
+    assert len(full) <= len(boundaries)
+    # The same examples as the default padding, batched the same way.
+    assert rows(batches) == rows(train_epoch)
+    # Without it, inputs and targets of one batch are padded to different boundaries.
+    assert any(b["inputs"].shape != b["targets"].shape for b in train_epoch)

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,6 +86,68 @@ def test_progress_lines_show_step_loss_rate_and_eta(finished_run):
     progress = [line for line in lines if line.startswith("step ")]
     assert len(progress) == 3
     assert all("loss" in line and "tok/s" in line and "ETA" in line for line in progress)
+
+
+def test_default_on_cpu_is_one_traced_step_without_xla(finished_run):
+    _, lines, _ = finished_run
+    assert "train step: tf.function without XLA, traced once for all batch shapes" in lines
+    assert sum(line.startswith("first update: ") for line in lines) == 1
+    assert not any(line.startswith("XLA: ") for line in lines)
+
+
+@pytest.mark.slow
+def test_xla_run_reports_its_bounded_compilations(tmp_path):
+    # max_length 10: buckets [8, 9, 10], batch sizes 25, 28, 25 (256 tokens).
+    lines = []
+    config = _config(tmp_path, train_steps=12, log_every=3, eval_every=12, jit_compile=True)
+    trainer.train_and_evaluate(config, _hp("max_length=10"), printer=lines.append)
+    assert (
+        lines.count(
+            "train step: XLA, compiled once per batch shape: at most 3 shapes "
+            "(one per length bucket; inputs and targets padded to its boundary)"
+        )
+        == 1
+    )
+    first = [line for line in lines if line.startswith("first update: ")]
+    assert len(first) == 1 and first[0].endswith("including tracing and 1 XLA compilation(s)")
+    counts = [
+        int(re.fullmatch(r"XLA: (\d+) of at most 3 batch shapes compiled so far", line)[1])
+        for line in lines
+        if line.startswith("XLA: ")
+    ]
+    # Copy examples of 1..40 symbols + EOS, filtered to <= 10 tokens: all three buckets
+    # come up within 12 updates, each compiled once, reported when the count grows.
+    assert counts == sorted(set(counts)) and counts[-1] == 3
+    compiled = _events(tmp_path / "train")["xla_compilations"]
+    assert compiled == [3, 6, 9, 12]
+
+
+def test_float16_run_logs_its_loss_scale_and_counts_only_applied_updates(tmp_path):
+    lines = []
+    hp = _hp("dtype_policy=mixed_float16")
+    trainer.train_and_evaluate(_config(tmp_path, eval_every=6), hp, printer=lines.append)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-6")
+    reader = tf.train.load_checkpoint(str(tmp_path))
+    # The global step is Adam's own counter, inside Keras's loss-scale wrapper.
+    assert (
+        reader.get_tensor("optimizer/inner_optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 6
+    )
+    progress = [line for line in lines if re.match(r"step \d+/6 \|", line)]
+    assert [line.split(" |")[0] for line in progress] == ["step 2/6", "step 4/6", "step 6/6"]
+    scales = [float(re.search(r"loss_scale (\S+)", line)[1]) for line in progress]
+    # Dynamic loss scaling starts at 2^15 and only halves (skips) within 2,000 updates;
+    # skipped updates are found and reported at the next log, save or evaluation step.
+    skips = [
+        re.fullmatch(r"(\d+) update\(s\) skipped before step \d: non-finite gradients; "
+                     r"loss scale lowered to (\d+)", line)
+        for line in lines
+        if "skipped" in line
+    ]  # fmt: skip
+    skipped = sum(int(match[1]) for match in skips)
+    assert scales[-1] == 2.0 ** (15 - skipped)
+    if skips:
+        assert float(skips[-1][2]) == scales[-1]
+    assert _events(tmp_path / "train")["loss_scale"] == [2, 4, 6]
 
 
 def test_rerun_resumes_at_the_saved_step(finished_run, tmp_path):

@@ -1,34 +1,65 @@
-r"""Decoding speed with and without the decoder cache, on a trained model.
+r"""Decoding speed of a trained model: in-process (with and without the cache) and exported.
 
     python tools/benchmark_decode.py --problem=multi30k_ende --data_dir=DATA --output_dir=RUN \
         [--checkpoint_path=...] [--num_sentences=100] [--batch_size=16] [--beam_size=4] \
-        [--source_file=TEXT]
+        [--alpha=0.6] [--source_file=TEXT] [--rounds=3] [--export_dir=DIR]
 
-Decodes the first `num_sentences` dev sentences (or lines of `--source_file`) twice with
-the same beam search:
+Decodes the first `num_sentences` dev sentences (or non-empty lines of `--source_file`)
+with the same beam search (beam `--beam_size`, alpha `--alpha`, both the problem's by
+default: 4 and 0.6) four ways, in one process:
 
-* cached: the `Translator` (what the decoder, the exporter and training BLEU use): the
-  encoder runs once and every step feeds one token through `decode_step`, reusing the
-  keys and values of earlier positions, so a step costs O(i) attention work at position i;
-* uncached: every step reruns the full `model.decode` on the whole prefix (tensor2tensor's
-  slow path), so step i recomputes all i positions through every layer: O(i^2) per step.
+* in-process cached: the `Translator` (what the decoder command, the exporter and training
+  BLEU use): the encoder runs once and every step feeds one token through `decode_step`,
+  reusing the keys and values of earlier positions, so a step costs O(i) attention work at
+  position i;
+* in-process uncached: every step reruns the full `model.decode` on the whole prefix
+  (tensor2tensor's slow path), so step i recomputes all i positions through every layer:
+  O(i^2) per step;
+* SavedModel translate_ids: the model exported by `t2t_lite.export.export_model` (the code
+  of `python -m t2t_lite.exporter`, with `--beam_size` and `--alpha` as the defaults and the
+  default offered beam sizes), reloaded with `tf.saved_model.load`; ids in, ids out;
+* SavedModel serving_default: the same SavedModel, text in, text out (tokenization and
+  detokenization inside the graph).
+
+The export goes to a temporary folder, deleted at the end, or to `--export_dir` (as the
+next version of EXPORT_DIR/PROBLEM/, kept). Only the text SavedModel is written (its
+`translate_ids` is the ids-only SavedModel's signature).
+
+Every row sees the same sentences in the same length-sorted batches of `--batch_size`
+(dev sentences are detokenized, then tokenized again, so the text row and the ids rows
+read identical ids). Each row is traced and run once on the first batch before timing.
+Then, `--rounds` times, all batches are decoded with the rows taking turns batch by batch
+(round-robin, the first row rotating), so that a busy neighbour on the machine slows all
+rows alike; each row reports its median round.
 
 Prints a table of sentences/s and target tokens/s (tokens of the best hypotheses, EOS not
-counted), and whether both searches returned the same hypotheses. Each search is traced on
-the first batch before timing.
+counted; for the text row, its translations tokenized again with the target vocabulary),
+the median seconds and their spread over the rounds ((max - min) / median), and how many
+best hypotheses equal the cached in-process row's (for the text row: its translations
+against the cached ids detokenized, as the decoder command prints them).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import tempfile
 import time
 
 import numpy as np
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search
+from t2t_lite.export import ExportConfig, export_model
 from t2t_lite.inference import SearchConfig, Translator, load_trained_model, strip_ids
 from t2t_lite.inference.decode import length_batches, pad_batch, search_config
+
+CACHED = "in-process cached (Translator)"
+UNCACHED = "in-process uncached (full decode/step)"
+SAVED_IDS = "SavedModel translate_ids (ids)"
+SAVED_TEXT = "SavedModel serving_default (text)"
+ROWS = (CACHED, UNCACHED, SAVED_IDS, SAVED_TEXT)
 
 
 def uncached_search(model, config: SearchConfig):
@@ -67,34 +98,148 @@ def dev_sentences(problem, data_dir: str, count: int) -> list:
 
 def file_sentences(problem, data_dir: str, path: str, count: int) -> list:
     """Source ids of the first `count` non-empty lines of a text file."""
-    encoder = problem.encoders(data_dir)["inputs"]
+    return [problem.encoders(data_dir)["inputs"].encode(line) for line in file_lines(path, count)]
+
+
+def file_lines(path: str, count: int) -> list:
+    """The first `count` non-empty lines of a text file, stripped."""
     with open(path, encoding="utf-8") as handle:
-        lines = [line.strip() for line in handle if line.strip()][:count]
-    return [encoder.encode(line) for line in lines]
+        return [line.strip() for line in handle if line.strip()][:count]
 
 
-def time_search(search, sentences: list, batch_size: int) -> dict:
-    """Runs `search` over `sentences` in length-sorted batches; returns timing and outputs."""
-    batches = length_batches([len(ids) for ids in sentences], batch_size)
-    search(pad_batch([sentences[i] for i in batches[0]]))  # Trace before timing.
-    outputs = [None] * len(sentences)
+def ids_runner(search, start_column: bool = True):
+    """A batch runner of an ids search: (ids lists, texts) -> best hypotheses' ids.
+
+    Args:
+        search: ids [B, S] int32 -> ids [B, K, L] (first of a tuple, or "output_ids" of a dict).
+        start_column: whether column 0 of the output ids is the start id (the Translator's)
+            or already the first generated id (the SavedModel's).
+    """
+
+    def run(batch_ids: list, batch_texts: list) -> list:
+        del batch_texts
+        outputs = search(tf.constant(pad_batch(batch_ids)))
+        ids = (outputs["output_ids"] if isinstance(outputs, dict) else outputs[0]).numpy()
+        if not start_column:
+            ids = np.pad(ids[:, :1], [(0, 0), (0, 0), (1, 0)])  # [B, 1, L + 1]
+        return [strip_ids(beams[0]) for beams in ids]
+
+    return run
+
+
+def text_runner(signature):
+    """A batch runner of a text signature: (ids lists, texts) -> best translations (str)."""
+
+    def run(batch_ids: list, batch_texts: list) -> list:
+        del batch_ids
+        outputs = signature(sentences=tf.constant(batch_texts))
+        return [text.decode("utf-8") for text in outputs["translations"].numpy()]
+
+    return run
+
+
+def run_batch(run, batch: list, sentences: list, texts: list, outputs: list) -> float:
+    """Runs `run` on one batch of sentence indices, storing its results; returns seconds."""
     start = time.perf_counter()
-    for batch in batches:
-        ids, _ = search(pad_batch([sentences[i] for i in batch]))
-        for row, index in enumerate(batch):
-            outputs[index] = strip_ids(ids.numpy()[row, 0])
+    results = run([sentences[i] for i in batch], [texts[i] for i in batch])
     seconds = time.perf_counter() - start
-    tokens = sum(len(ids) for ids in outputs)
-    return {
-        "seconds": seconds,
-        "sentences_per_sec": len(sentences) / seconds,
-        "tokens_per_sec": tokens / seconds,
-        "tokens": tokens,
-        "outputs": outputs,
-    }
+    for index, result in zip(batch, results):
+        outputs[index] = result
+    return seconds
 
 
-def main(argv=None) -> None:
+def time_rows(runners: dict, sentences: list, texts: list, batch_size: int, rounds: int) -> dict:
+    """Times every runner over all batches `rounds` times; {name: {"times", "outputs"}}.
+
+    Each runner is first run on the first batch (tracing, graph optimisation). The runners
+    then take turns batch by batch (round r, batch b starts with runner r + b, modulo the
+    number of runners), so load from other processes falls on all of them alike. "times"
+    holds each round's total seconds; "outputs" the first round's results in input order.
+    """
+    batches = length_batches([len(ids) for ids in sentences], batch_size)
+    for run in runners.values():
+        run_batch(run, batches[0], sentences, texts, [None] * len(sentences))
+    names = list(runners)
+    results = {name: {"times": [], "outputs": [None] * len(sentences)} for name in names}
+    for round_index in range(rounds):
+        seconds = dict.fromkeys(names, 0.0)
+        for batch_index, batch in enumerate(batches):
+            shift = (round_index + batch_index) % len(names)
+            for name in names[shift:] + names[:shift]:
+                outputs = results[name]["outputs"] if round_index == 0 else [None] * len(texts)
+                seconds[name] += run_batch(runners[name], batch, sentences, texts, outputs)
+        for name in names:
+            results[name]["times"].append(seconds[name])
+    return results
+
+
+def summarize(results: dict, target_encoder) -> dict:
+    """Adds seconds (median), spread, rates, tokens and `same` (vs the cached row) to each row."""
+    reference = results[CACHED]["outputs"]
+    reference_text = [target_encoder.decode(ids) for ids in reference]
+    for result in results.values():
+        outputs = result["outputs"]
+        is_text = bool(outputs) and isinstance(outputs[0], str)
+        if is_text:
+            tokens = sum(len(target_encoder.encode(text)) for text in outputs)
+            same = sum(a == b for a, b in zip(outputs, reference_text))
+        else:
+            tokens = sum(len(ids) for ids in outputs)
+            same = sum(list(a) == list(b) for a, b in zip(outputs, reference))
+        seconds = statistics.median(result["times"])
+        result.update(
+            seconds=seconds,
+            spread=(max(result["times"]) - min(result["times"])) / seconds,
+            sentences_per_sec=len(outputs) / seconds,
+            tokens_per_sec=tokens / seconds,
+            tokens=tokens,
+            same=same,
+        )
+    return results
+
+
+def format_table(results: dict, count: int) -> list:
+    """The printed table, one string per line."""
+    cached = results[CACHED]["seconds"]
+    lines = [
+        f"{'decoding':<40}{'sentences/s':>12}{'tokens/s':>10}{'seconds':>9}{'spread':>8}"
+        f"{'vs cached':>11}{'same as cached':>16}"
+    ]
+    for name, result in results.items():
+        spread = f"{result['spread']:.0%}"
+        ratio = f"{result['seconds'] / cached:.2f}x"
+        same = f"{result['same']}/{count}"
+        lines.append(
+            f"{name:<40}{result['sentences_per_sec']:>12.2f}{result['tokens_per_sec']:>10.1f}"
+            f"{result['seconds']:>9.2f}{spread:>8}{ratio:>11}{same:>16}"
+        )
+    return lines
+
+
+def export_and_load(trained, data_dir: str, export_dir: str, config: SearchConfig) -> tuple:
+    """Exports with the project's exporter and reloads it: (ExportResult, loaded, seconds)."""
+    start = time.perf_counter()
+    result = export_model(
+        trained,
+        data_dir,
+        export_dir,
+        trained.problem.name,
+        ExportConfig(
+            beam_size=config.beam_size,
+            alpha=config.alpha,
+            extra_length=config.extra_length,
+            ids_model_name="",
+        ),
+    )
+    seconds = time.perf_counter() - start
+    try:
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops, if used)
+    except ImportError:
+        pass
+    return result, tf.saved_model.load(result.text_dir), seconds
+
+
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problem", default="multi30k_ende")
     parser.add_argument("--data_dir", default="")
@@ -103,17 +248,25 @@ def main(argv=None) -> None:
     parser.add_argument("--num_sentences", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--beam_size", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=None, help="default: the problem's")
     parser.add_argument("--source_file", default=None, help="text to decode instead of dev")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of every row")
+    parser.add_argument(
+        "--export_dir", default=None, help="export here (kept); default: a temporary folder"
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
 
     trained = load_trained_model(args.problem, args.data_dir, args.output_dir, args.checkpoint_path)
-    config = search_config(trained.problem, beam_size=args.beam_size)
+    config = search_config(trained.problem, beam_size=args.beam_size, alpha=args.alpha)
+    encoders = trained.problem.encoders(args.data_dir)
     if args.source_file:
-        sentences = file_sentences(
-            trained.problem, args.data_dir, args.source_file, args.num_sentences
-        )
+        texts = file_lines(args.source_file, args.num_sentences)
     else:
-        sentences = dev_sentences(trained.problem, args.data_dir, args.num_sentences)
+        dev = dev_sentences(trained.problem, args.data_dir, args.num_sentences)
+        texts = [encoders["inputs"].decode(ids) for ids in dev]
+    sentences = [list(encoders["inputs"].encode(text)) for text in texts]
     source_tokens = sum(len(ids) for ids in sentences)
     print(
         f"{args.problem}, {trained.checkpoint_path}: {len(sentences)} sentences of "
@@ -121,28 +274,29 @@ def main(argv=None) -> None:
         f"({source_tokens / len(sentences):.1f} source tokens on average), batch "
         f"{args.batch_size}, beam {config.beam_size}, alpha {config.alpha}, max length input + "
         f"{config.extra_length}, {tf.config.threading.get_intra_op_parallelism_threads() or 'all'}"
-        " intra-op threads"
+        f" intra-op threads, median of {args.rounds} round(s)"
     )
-    results = {
-        "cached (Translator)": time_search(
-            Translator(trained.model, config).search, sentences, args.batch_size
-        ),
-        "uncached (full decode per step)": time_search(
-            uncached_search(trained.model, config), sentences, args.batch_size
-        ),
-    }
-    cached = results["cached (Translator)"]
-    print(f"{'search':<34}{'sentences/s':>13}{'tokens/s':>12}{'seconds':>10}{'time vs cached':>16}")
-    for name, result in results.items():
+    with tempfile.TemporaryDirectory(prefix="benchmark_decode_") as temporary:
+        export_dir = args.export_dir or os.path.join(temporary, "export")
+        exported, loaded, seconds = export_and_load(trained, args.data_dir, export_dir, config)
         print(
-            f"{name:<34}{result['sentences_per_sec']:>13.2f}{result['tokens_per_sec']:>12.1f}"
-            f"{result['seconds']:>10.2f}{result['seconds'] / cached['seconds']:>15.2f}x"
+            f"exported version {exported.version} (beam sizes {list(exported.options.beam_sizes)}"
+            f") in {seconds:.1f} s: {exported.text_dir}"
+            + ("" if args.export_dir else " (temporary)")
         )
-    same = sum(
-        np.array_equal(a, b)
-        for a, b in zip(cached["outputs"], results["uncached (full decode per step)"]["outputs"])
-    )
-    print(f"identical best hypotheses: {same}/{len(sentences)}")
+        runners = {
+            CACHED: ids_runner(Translator(trained.model, config).search),
+            UNCACHED: ids_runner(uncached_search(trained.model, config)),
+            SAVED_IDS: ids_runner(
+                lambda ids: loaded.signatures["translate_ids"](input_ids=ids), start_column=False
+            ),
+            SAVED_TEXT: text_runner(loaded.signatures["serving_default"]),
+        }
+        results = time_rows(runners, sentences, texts, args.batch_size, args.rounds)
+    summarize(results, encoders["targets"])
+    for line in format_table(results, len(sentences)):
+        print(line)
+    return results
 
 
 if __name__ == "__main__":

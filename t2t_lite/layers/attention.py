@@ -76,7 +76,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def compute_key_value(self, value):
         """Projects the memory once: {"key", "value"}, each [B, Tk, H, Dh]."""
-        return {"key": self.key_dense(value), "value": self.value_dense(value)}
+        return {
+            "key": _positionwise(self.key_dense, value),
+            "value": _positionwise(self.value_dense, value),
+        }
 
     def call(
         self,
@@ -102,7 +105,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             [B, Tq, D], or ([B, 1, D], new_cache) when `cache` is given.
         """
-        query_heads = self.query_dense(query)  # [B, Tq, H, Dh]
+        query_heads = _positionwise(self.query_dense, query)  # [B, Tq, H, Dh]
         query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
         if key_value is None:
             key_value = self.compute_key_value(query if value is None else value)
@@ -136,7 +139,7 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         weights = self.attention_dropout(weights, training=training)
         context = ops.einsum("bhqt,bthk->bqhk", weights, value)  # [B, Tq, H, Dh]
-        return self.output_dense(context)  # [B, Tq, D]
+        return _positionwise(self.output_dense, context)  # [B, Tq, D]
 
     def get_config(self):
         config = super().get_config()
@@ -148,3 +151,25 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _positionwise(dense, x):
+    """Applies `dense`, an EinsumDense over [B, T, ...], to all B x T positions at once.
+
+    The positions are merged into one axis of a [1, B*T, ...] tensor, so the projection
+    is one matrix product and so is its weight gradient (a contraction over all B*T
+    positions). Applied to [B, T, ...] with static shapes, Keras lowers the einsum to a
+    broadcasting batched matmul whose weight gradient is B per-sentence products of
+    length T, summed afterwards: about 1.8 times the CPU time on this projection.
+
+    Args:
+        dense: an EinsumDense whose equation starts with "bt" for x's first two axes.
+        x: [B, T, ...].
+
+    Returns:
+        [B, T, ...] the projection of every position.
+    """
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    merged = ops.reshape(x, (1, -1, *x.shape[2:]))  # [1, B*T, ...]
+    projected = dense(merged)  # [1, B*T, ...]
+    return ops.reshape(projected, (batch, length, *projected.shape[2:]))  # [B, T, ...]

@@ -33,14 +33,15 @@ class Progress:
         self._step = start_step
         self._tokens = 0.0
 
-    def add_tokens(self, tokens: float) -> None:
+    def add_tokens(self, tokens) -> None:
+        """Adds an update's target tokens: a number, or a scalar tensor read only at reports."""
         self._tokens += tokens
 
     def report(self, step: int, values: dict) -> float:
         """Prints one line for `step` with `values`; returns target tokens/s since last call."""
         now = time.monotonic()
         elapsed = max(now - self._time, 1e-9)
-        rate = self._tokens / elapsed
+        rate = float(self._tokens) / elapsed
         steps_per_second = (step - self._step) / elapsed
         left = (self.total_steps - step) / steps_per_second if steps_per_second > 0 else 0.0
         parts = [f"step {step}/{self.total_steps}"]

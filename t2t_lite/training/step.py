@@ -18,14 +18,32 @@ SUM = tf.distribute.ReduceOp.SUM
 STAT_KEYS = ("loss", "nll", "correct", "tokens")
 
 
-def make_optimizer(hp, schedule) -> keras.optimizers.Optimizer:
-    """Adam with the paper's betas and epsilon (section 5.3), fed pre-reduced gradients."""
-    return _ReducedGradientAdam(
+def make_optimizer(
+    hp, schedule, initial_loss_scale: float = 2.0**15, loss_scale_growth_steps: int = 2000
+) -> keras.optimizers.Optimizer:
+    """Adam with the paper's betas and epsilon (section 5.3), fed pre-reduced gradients.
+
+    Under the `mixed_float16` policy Adam is wrapped in Keras's dynamic loss scaling
+    (`keras.optimizers.LossScaleOptimizer`): `TrainStep` multiplies the loss by the
+    current scale before the backward pass, so small float16 gradients do not flush to
+    zero; an update whose gradients overflow is skipped and halves the scale, and
+    `loss_scale_growth_steps` finite updates in a row double it. bfloat16 has float32's
+    exponent range and needs none of this.
+    """
+    adam = _ReducedGradientAdam(
         learning_rate=schedule,
         beta_1=hp.adam_beta1,
         beta_2=hp.adam_beta2,
         epsilon=hp.adam_epsilon,
         name="adam",
+    )
+    if hp.dtype_policy != "mixed_float16":
+        return adam
+    return keras.optimizers.LossScaleOptimizer(
+        adam,
+        initial_scale=initial_loss_scale,
+        dynamic_growth_steps=loss_scale_growth_steps,
+        name="loss_scale",
     )
 
 
@@ -38,6 +56,32 @@ class _ReducedGradientAdam(keras.optimizers.Adam):
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
         return grads_and_vars
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Keras Adam's update as one fused kernel per variable (TensorFlow's ApplyAdam).
+
+        Same formula: m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2),
+        w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps). Keras spells it as about
+        ten element-wise ops, each a pass over the variable; the fused kernel makes one
+        (transformer_base on 2 CPU cores: 0.06 instead of 0.18 CPU seconds per update).
+        """
+        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        step = tf.cast(self.iterations + 1, dtype)
+        index = self._get_variable_index(variable)
+        tf.raw_ops.ResourceApplyAdam(
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
+            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
+            lr=tf.cast(learning_rate, dtype),
+            beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype),
+        )
 
 
 class TrainStep:
@@ -70,7 +114,14 @@ class TrainStep:
         self.accumulation_steps = accumulation_steps
         self.clip_grad_norm = clip_grad_norm
         self.variables = model.trainable_variables
+        self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self._gradients = tf.function(self._gradients_fn, jit_compile=jit_compile)
+        # Without XLA for the whole step, XLA still compiles the loss: fused, the softmax
+        # over the [B, T, V] logits and its gradient take about 30% less CPU time
+        # (0.47 s instead of 0.66 s for 4,096 tokens x 37k vocabulary).
+        self._statistics = (
+            token_statistics if jit_compile else tf.function(token_statistics, jit_compile=True)
+        )
         self.accumulators = None
         if accumulation_steps > 1:
             with strategy.scope():
@@ -92,14 +143,22 @@ class TrainStep:
                     )
                     for key in STAT_KEYS
                 }
+        # Every distinct (B, S, T) micro-batch shape met on this worker's replicas, kept in
+        # the graph (no host round trip per update): under XLA, one compilation each.
+        self.seen_shapes = tf.Variable(
+            tf.zeros([0, 3], tf.int32), shape=tf.TensorShape([None, 3]), trainable=False
+        )
         self.train = tf.function(self._train_fn)
         self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True)
 
     def _gradients_fn(self, batch):
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
-            stats = token_statistics(logits, batch["targets"], self.label_smoothing)
-        grads = tape.gradient(stats["loss"], self.variables)
+            stats = self._statistics(logits, batch["targets"], self.label_smoothing)
+            loss = stats["loss"]
+            if self.loss_scaled:
+                loss = loss * self.optimizer.dynamic_scale
+        grads = tape.gradient(loss, self.variables)
         return [tf.convert_to_tensor(g) for g in grads], stats
 
     def _apply(self, grads, stats):
@@ -112,10 +171,20 @@ class TrainStep:
         scale = 1.0 / tf.maximum(stats["tokens"], 1.0)
         grads = [g * scale for g in grads]
         norm = tf.linalg.global_norm(grads)
+        loss_scale = tf.constant(1.0)
+        if self.loss_scaled:
+            # The gradients are still multiplied by the loss scale: the optimizer divides
+            # them (and skips the update if any is not finite), so clip at a scaled norm.
+            loss_scale = tf.identity(self.optimizer.dynamic_scale)
         if self.clip_grad_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, self.clip_grad_norm, use_norm=norm)
+            grads, _ = tf.clip_by_global_norm(
+                grads, self.clip_grad_norm * loss_scale, use_norm=norm
+            )
         self.optimizer.apply(grads, self.variables)
-        return dict(stats, grad_norm=norm)
+        result = dict(stats, grad_norm=norm / loss_scale)
+        if self.loss_scaled:
+            result["loss_scale"] = loss_scale
+        return result
 
     def _replica_step(self, batch):
         grads, stats = self._gradients(batch)
@@ -141,14 +210,32 @@ class TrainStep:
     def _train_fn(self, iterator):
         """One optimizer update. Returns global sums and the gradient norm (float32)."""
         if self.accumulators is None:
-            result = self.strategy.run(self._replica_step, args=(next(iterator),))
+            batches = [next(iterator)]
+            result = self.strategy.run(self._replica_step, args=(batches[0],))
         else:
+            batches = []
             for _ in range(self.accumulation_steps):
-                self.strategy.run(self._replica_accumulate, args=(next(iterator),))
+                batches.append(next(iterator))
+                self.strategy.run(self._replica_accumulate, args=(batches[-1],))
             result = self.strategy.run(self._replica_apply_accumulated)
+        self._record_shapes(batches)
         return {
             key: self.strategy.experimental_local_results(value)[0] for key, value in result.items()
         }
+
+    def _record_shapes(self, batches):
+        """Adds (B, S, T) of every micro-batch on every local replica to `seen_shapes`."""
+        seen = self.seen_shapes.value()
+        for batch in batches:
+            for local in self.strategy.experimental_local_results(batch):
+                sentences, source_length = tf.unstack(tf.shape(local["inputs"]))
+                target_length = tf.shape(local["targets"])[1]
+                shape = tf.stack([sentences, source_length, target_length])[None]  # [1, 3]
+                known = tf.reduce_any(tf.reduce_all(tf.equal(seen, shape), axis=1))
+                seen = tf.cond(
+                    known, lambda s=seen: s, lambda s=seen, n=shape: tf.concat([s, n], 0)
+                )
+        self.seen_shapes.assign(seen)
 
     def _replica_evaluate(self, batch):
         logits = self.model(batch, training=False)

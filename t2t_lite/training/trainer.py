@@ -20,6 +20,7 @@ import tensorflow as tf
 from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
+from t2t_lite.problems import pipeline
 from t2t_lite.training import bleu_eval, distribute, run_dir
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
@@ -44,7 +45,9 @@ class RunConfig:
     num_gpus: int | None = None
     cpu_replicas: int = 1
     seed: int = 1
-    jit_compile: bool = False
+    # XLA for the forward and backward pass: True, False, or None = where it pays: on
+    # GPUs and TPUs, not on CPUs (tools/benchmark_train.py measures no gain there).
+    jit_compile: bool | None = None
     # BLEU during training (problems whose eval_metric is "bleu"): dev sentences decoded at
     # every evaluation (0 = off) and the search, "beam" (the problem's) or "greedy".
     eval_bleu_sentences: int = 200
@@ -92,6 +95,59 @@ def checkpoint_manager(model, optimizer, output_dir, keep):
         checkpoint, output_dir, max_to_keep=keep, step_counter=optimizer.iterations
     )
     return checkpoint, manager
+
+
+def use_xla(jit_compile: bool | None, strategy) -> bool:
+    """`jit_compile`, or when None, whether the strategy's devices are GPUs or TPUs."""
+    if jit_compile is not None:
+        return jit_compile
+    try:
+        devices = strategy.extended.worker_devices
+    except (AttributeError, RuntimeError):  # the default strategy places ops by itself
+        devices = [device.name for device in tf.config.list_logical_devices()]
+    return any(":GPU:" in device.upper() or ":TPU:" in device.upper() for device in devices)
+
+
+class CompileLog:
+    """Reports the compilations of the training step: how many are possible, and when.
+
+    Without XLA the step is traced once for any batch shape. With XLA it is compiled
+    once per distinct (sentences, source, target) shape of a micro-batch, and the
+    training pipeline pads inputs and targets to their length bucket's boundary, so
+    there are at most as many shapes as buckets. The step records the shapes it has met
+    in `TrainStep.seen_shapes` inside the graph; they are read at reports only.
+    """
+
+    def __init__(self, step_fns, xla: bool, buckets: int, printer):
+        self.step_fns, self.xla, self.buckets, self.printer = step_fns, xla, buckets, printer
+        self.reported = 0
+        if xla:
+            printer(
+                f"train step: XLA, compiled once per batch shape: at most {buckets} shapes "
+                "(one per length bucket; inputs and targets padded to its boundary)"
+            )
+        else:
+            printer("train step: tf.function without XLA, traced once for all batch shapes")
+
+    def first_update(self, seconds: float) -> None:
+        """Prints the time of the first update of this run (tracing and compilation)."""
+        self.reported = self.compiled()
+        what = f"tracing and {self.reported} XLA compilation(s)" if self.xla else "tracing"
+        self.printer(f"first update: {seconds:.1f} s, including {what}")
+
+    def compiled(self) -> int:
+        """Distinct micro-batch shapes met so far (each one XLA compilation)."""
+        return int(self.step_fns.seen_shapes.value().shape[0]) if self.xla else 0
+
+    def report(self) -> dict:
+        """Prints the count when it grew since the last report; returns summary values."""
+        if not self.xla:
+            return {}
+        count = self.compiled()
+        if count > self.reported:
+            self.reported = count
+            self.printer(f"XLA: {count} of at most {self.buckets} batch shapes compiled so far")
+        return {"xla_compilations": float(count)}
 
 
 def _print_batching(hp, strategy, accumulate, printer):
@@ -172,6 +228,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
         )
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
 
+    xla = use_xla(config.jit_compile, strategy)
     step_fns = TrainStep(
         model,
         optimizer,
@@ -179,11 +236,20 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
         hp.label_smoothing,
         accumulate,
         hp.clip_grad_norm,
-        config.jit_compile,
+        xla,
     )
+    buckets = len(
+        pipeline.bucket_boundaries(hp.min_length_bucket, hp.max_length, hp.length_bucket_step)
+    )
+    compile_log = CompileLog(step_fns, xla, buckets, printer)
     train_data = strategy.distribute_datasets_from_function(
         lambda context: problem.dataset(
-            "train", config.data_dir, hp, seed=config.seed, input_context=context
+            "train",
+            config.data_dir,
+            hp,
+            seed=config.seed,
+            input_context=context,
+            pad_to_bucket=xla,
         )
     )
     eval_data = problem.dataset("dev", config.data_dir, hp)
@@ -196,14 +262,33 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
 
     step = int(optimizer.iterations.numpy())
     progress = Progress(config.train_steps, step, printer)
+    every_steps = (config.log_every, config.save_every, config.eval_every)
+    first = True
     metrics = {}
     last = step >= config.train_steps
     while not last:
+        began = time.monotonic()
         result = step_fns.train(iterator)
         step += 1
-        progress.add_tokens(float(result["tokens"]))
+        progress.add_tokens(result["tokens"])  # a tensor: no wait for the host here
+        if first:
+            compile_log.first_update(time.monotonic() - began)
+            first = False
         out_of_time = deadline is not None and time.monotonic() >= deadline
         last = step >= config.train_steps or out_of_time
+        boundary = last or any(step % every == 0 for every in every_steps)
+        if boundary and step_fns.loss_scaled:
+            # Under float16 loss scaling an update whose gradients overflowed was skipped:
+            # the optimizer's count of applied updates is the step.
+            applied = int(optimizer.iterations.numpy())
+            if applied != step:
+                printer(
+                    f"{step - applied} update(s) skipped before step {applied + 1}: "
+                    "non-finite gradients; loss scale lowered to "
+                    f"{float(optimizer.dynamic_scale.numpy()):g}"
+                )
+                step, last = applied, False
+                continue
         if out_of_time:
             printer(f"time budget of {config.train_minutes:g} minutes reached at step {step}")
         if step % config.log_every == 0 or last:
@@ -213,8 +298,11 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
                 "lr": float(optimizer.learning_rate),
                 "grad_norm": float(result["grad_norm"]),
             }
+            if "loss_scale" in result:
+                values["loss_scale"] = float(result["loss_scale"])
             rate = progress.report(step, values)
-            _write_scalars(train_writer, step, dict(values, tokens_per_sec=rate))
+            extra = compile_log.report()
+            _write_scalars(train_writer, step, dict(values, tokens_per_sec=rate, **extra))
         if step % config.save_every == 0 or last:
             manager.save(checkpoint_number=step)
         if step % config.eval_every == 0 or last:

@@ -1,0 +1,75 @@
+"""tools/benchmark_train.py: its FLOP count for the paper's base model, and a tiny run's table.
+
+The FLOP count is checked against a count built here from the paper's layer structure
+(section 3): the encoder's weights meet every source token, the decoder's and the tied
+embedding / pre-softmax projection meet every target token, 2 FLOPs per multiply-add and
+3 passes (forward, and backward for inputs and weights), plus the QK^T and AV products of
+every attention block.
+"""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from t2t_lite import hparams
+from t2t_lite.models import build_transformer
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_train.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("benchmark_train", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_model_flops_of_transformer_base_from_the_paper_structure():
+    script = load_script()
+    hp = hparams.get("transformer_base")
+    d, d_ff, n, vocab = 512, 2048, 6, 37000
+    attention = 4 * (d * d + d)
+    feed_forward = 2 * d * d_ff + d_ff + d
+    encoder = n * (attention + feed_forward + 2 * 2 * d)
+    decoder = n * (2 * attention + feed_forward + 3 * 2 * d)
+    assert vocab * d + encoder + decoder == 63_082_496
+    model = build_transformer(hp, vocab)
+    assert sum(layer.count_params() for layer in model.encoder_layers) == encoder
+    b, s, t = 128, 32, 32
+    by_hand = 6 * (encoder * b * s + (decoder + vocab * d) * b * t)
+    by_hand += 3 * 2 * 2 * b * d * (n * s * s + n * t * t + n * t * s)
+    flops = script.model_flops(hp, model.count_params(), encoder, script.Shape(b, s, t))
+    assert flops == by_hand
+    assert round(flops / 1e12, 4) == 1.5648  # the figure the script's docstring derives
+
+
+@pytest.mark.slow
+def test_tiny_run_prints_a_row_per_configuration(capsys):
+    script = load_script()
+    args = script.parse_args(
+        [
+            "--hparams_set=transformer_tiny",
+            "--hparams=hidden_size=32,filter_size=64,num_heads=2",
+            "--vocab_size=100", "--sentences=4", "--source_length=8", "--target_length=8",
+            "--steps=1", "--warmup=0", "--rounds=1", "--peak_repeats=1",
+            "--configs=noxla:float32,xla:float32,noxla:mixed_bfloat16",
+        ]
+    )  # fmt: skip
+    script.run(args)
+    out = capsys.readouterr().out
+    assert "batch 4 x (8 + 8) = 32 target tokens" in out
+    rows = [line for line in out.splitlines() if re.match(r"\| (no)?xla:", line)]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| noxla:float32", "| xla:float32", "| noxla:mixed_bfloat16",
+    ]  # fmt: skip
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        seconds, tokens_per_second = float(cells[2]), float(cells[4].replace(",", ""))
+        # s/step is printed to 3 decimals: tok/s x s/step is 32 up to that rounding.
+        assert seconds > 0
+        assert tokens_per_second * seconds == pytest.approx(32, abs=0.0005 * tokens_per_second + 1)
+        assert cells[6].endswith("%") and cells[-1].endswith("x")

@@ -1,0 +1,310 @@
+"""Mixed precision and XLA in the training step: fewer bits and one compilation per shape.
+
+- A mixed_bfloat16 run's and a mixed_float16 run's per-token loss track the float32 run's
+  step by step, from the same initial weights on the same batches, while all fall far
+  below where they began.
+- Under mixed_float16, dynamic loss scaling skips an update whose gradients overflow
+  (weights, step and Adam's moments untouched), halves the scale, and doubles it again
+  after a run of finite updates.
+- Under mixed_bfloat16 the matrix products run in bfloat16 but every softmax (attention
+  weights, the loss's log-softmax) runs in float32, and the loss equals a float64
+  recomputation from the model's own logits.
+- The XLA-compiled step makes the same update as the plain TensorFlow step, and the
+  optimizer's fused Adam kernel makes the same update as Keras's Adam.
+- Over a length-bucketed dataset, XLA compiles the step once per distinct batch shape
+  (counted from XLA's own dump of the modules it compiled, in a fresh process) and
+  TensorFlow traces it once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite import hparams
+from t2t_lite.models import build_transformer
+from t2t_lite.problems import pipeline
+from t2t_lite.training.loss import token_statistics
+from t2t_lite.training.step import TrainStep, make_optimizer
+
+VOCAB = 24
+HP = hparams.override(
+    hparams.get("transformer_tiny"),
+    "hidden_size=32,filter_size=64,num_heads=2,dropout=0.0,label_smoothing=0.1",
+)
+LEARNING_RATE = 3e-3
+TRACKING_STEPS = 40
+# Largest step-by-step gap allowed between the bfloat16 and float32 per-token losses, in
+# nats. bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); over this run
+# the observed gap stays below a third of this, while the loss falls by more than 1 nat.
+LOSS_TOLERANCE = 0.06
+
+
+def _copy_batch(rng, sentences: int, length: int) -> dict:
+    """A copy-task batch: random symbols, EOS (1), zero padding; targets = inputs."""
+    ids = np.zeros((sentences, length), np.int64)
+    for row in range(sentences):
+        size = int(rng.integers(2, length))
+        ids[row, : size - 1] = rng.integers(2, VOCAB, size - 1)
+        ids[row, size - 1] = 1
+    return {"inputs": ids, "targets": ids.copy()}
+
+
+def _batches(count: int, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [_copy_batch(rng, 16, 12) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def initial_weights():
+    keras.utils.set_random_seed(0)
+    return build_transformer(HP, VOCAB).get_weights()
+
+
+def _train(hp, weights, batches, jit_compile=False, **optimizer_args):
+    """Trains a fresh model from `weights`, one update per batch on one device.
+
+    Returns:
+        (the model, per update the step's result as Python floats).
+    """
+    model = build_transformer(hp, VOCAB)
+    model.set_weights(weights)
+    optimizer = make_optimizer(hp, LEARNING_RATE, **optimizer_args)
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(
+        model, optimizer, tf.distribute.get_strategy(), hp.label_smoothing, jit_compile=jit_compile
+    )
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in batches[0]}
+    dataset = tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec)
+    iterator = iter(dataset)
+    results = [{key: float(value) for key, value in step.train(iterator).items()} for _ in batches]
+    return model, results
+
+
+@pytest.fixture(scope="module")
+def float32_losses(initial_weights):
+    """Per-token loss of every update of the float32 run over the tracking batches."""
+    _, full = _train(HP, initial_weights, _batches(4) * (TRACKING_STEPS // 4))
+    return np.array([r["loss"] / r["tokens"] for r in full])
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_loss_tracks_float32(policy, initial_weights, float32_losses):
+    batches = _batches(4) * (TRACKING_STEPS // 4)
+    hp = dataclasses.replace(HP, dtype_policy=policy)
+    # float16: a loss scale low enough that no update of this short run overflows (the
+    # overflow path has its own test below), so the runs stay update for update aligned.
+    args = {"initial_loss_scale": 2.0**8} if policy == "mixed_float16" else {}
+    model, mixed = _train(hp, initial_weights, batches, **args)
+    assert model.compute_dtype == policy.removeprefix("mixed_")
+    assert model.variable_dtype == "float32"
+    if policy == "mixed_float16":
+        assert all(np.isfinite(r["grad_norm"]) and r["loss_scale"] == 2.0**8 for r in mixed)
+    else:
+        assert all("loss_scale" not in r for r in mixed)
+    mixed_loss = np.array([r["loss"] / r["tokens"] for r in mixed])
+    assert float32_losses[0] - float32_losses[-1] > 1.0, float32_losses
+    gap = np.abs(mixed_loss - float32_losses)
+    assert gap.max() < LOSS_TOLERANCE, gap
+    # The low-precision type really is in use: the runs differ beyond float32 rounding.
+    assert gap.max() > 1e-4, gap
+
+
+def test_float16_overflow_skips_the_update_and_halves_the_loss_scale(initial_weights):
+    hp = dataclasses.replace(HP, dtype_policy="mixed_float16")
+    model = build_transformer(hp, VOCAB)
+    model.set_weights(initial_weights)
+    # 2^24 times a summed loss: the backward pass overflows float16 (max 65,504).
+    optimizer = make_optimizer(hp, LEARNING_RATE, initial_loss_scale=2.0**24,
+                               loss_scale_growth_steps=3)  # fmt: skip
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(model, optimizer, tf.distribute.get_strategy(), hp.label_smoothing)
+    batches = _batches(30, seed=2)
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in batches[0]}
+    iterator = iter(tf.data.Dataset.from_generator(lambda: iter(batches), output_signature=spec))
+    results = []
+    while int(optimizer.iterations.numpy()) == 0:
+        results.append({key: float(value) for key, value in step.train(iterator).items()})
+        if len(results) == 1:  # skipped: weights, step and Adam's moments untouched
+            for weight, start in zip(model.get_weights(), initial_weights):
+                np.testing.assert_array_equal(weight, start)
+            moments = [
+                v for v in optimizer.inner_optimizer.variables if "momentum" in v.path or
+                "velocity" in v.path
+            ]  # fmt: skip
+            assert len(moments) == 2 * len(model.trainable_variables)
+            assert not any(np.any(v.numpy()) for v in moments)
+        assert len(results) < 20, results
+    skipped = len(results) - 1
+    assert skipped >= 1
+    # Each skipped update halved the scale; the first finite one ran at the halved scale
+    # and reports its true (unscaled) gradient norm.
+    assert [r["loss_scale"] for r in results] == [2.0 ** (24 - i) for i in range(skipped + 1)]
+    assert all(not np.isfinite(r["grad_norm"]) for r in results[:-1])
+    assert 0 < results[-1]["grad_norm"] < 100
+    moved = max(np.abs(w - s).max() for w, s in zip(model.get_weights(), initial_weights))
+    assert moved > 1e-4
+    # Three finite updates in a row double the scale.
+    scale = results[-1]["loss_scale"]
+    step.train(iterator), step.train(iterator)
+    assert int(optimizer.iterations.numpy()) == 3
+    assert float(optimizer.dynamic_scale.numpy()) == 2 * scale
+
+
+def _op_dtypes(graph: tf.Graph, op_types: set) -> list:
+    """(op type, dtype attribute T) of every op of `op_types` in `graph`."""
+    return [(op.type, op.get_attr("T")) for op in graph.get_operations() if op.type in op_types]
+
+
+def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights):
+    model = build_transformer(dataclasses.replace(HP, dtype_policy="mixed_bfloat16"), VOCAB)
+    model.set_weights(initial_weights)
+    batch = _batches(1)[0]
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in batch}
+
+    @tf.function(input_signature=[spec])
+    def loss_and_gradients(features):
+        with tf.GradientTape() as tape:
+            stats = token_statistics(model(features, training=True), features["targets"], 0.1)
+        return stats, tape.gradient(stats["loss"], model.trainable_variables)
+
+    graph = loss_and_gradients.get_concrete_function().graph
+    softmaxes = _op_dtypes(graph, {"Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits"})
+    products = _op_dtypes(graph, {"MatMul", "BatchMatMulV2", "Einsum"})
+    # 2 encoder + 2 x 2 decoder attention blocks, and the loss.
+    assert len(softmaxes) >= 7
+    assert {dtype for _, dtype in softmaxes} == {tf.float32}
+    assert tf.bfloat16 in {dtype for _, dtype in products}
+
+    logits = model(batch, training=False)
+    assert logits.dtype == tf.float32
+    stats = token_statistics(logits, batch["targets"], 0.1)
+    z = logits.numpy().astype(np.float64)
+    log_p = z - z.max(-1, keepdims=True)
+    log_p -= np.log(np.exp(log_p).sum(-1, keepdims=True))
+    labels = batch["targets"]
+    nll = -np.take_along_axis(log_p, labels[..., None], -1)[..., 0]
+    loss = 0.9 * nll - 0.1 * log_p.mean(-1)
+    expected = float((loss * (labels != 0)).sum())
+    assert float(stats["loss"]) == pytest.approx(expected, rel=1e-5)
+
+
+def test_xla_step_makes_the_same_update_as_the_plain_step(initial_weights):
+    # Adam's first steps move a weight by lr * g / (|g| + eps): with the default 1e-9, a
+    # gradient that is zero up to rounding (the key biases', to which softmax is
+    # invariant) would become a full +-lr step whose sign is rounding noise.
+    hp = dataclasses.replace(HP, adam_epsilon=1e-4)
+    batches = _batches(2, seed=1)
+    plain_model, plain = _train(hp, initial_weights, batches, jit_compile=False)
+    xla_model, xla = _train(hp, initial_weights, batches, jit_compile=True)
+    for a, b in zip(plain, xla, strict=True):
+        assert a["tokens"] == b["tokens"]
+        for key in ("loss", "nll", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4), key
+    start = [w for w in initial_weights]
+    moved = max(np.abs(p - w).max() for p, w in zip(plain_model.get_weights(), start))
+    gap = max(
+        np.abs(p - x).max() for p, x in zip(plain_model.get_weights(), xla_model.get_weights())
+    )
+    assert moved > 1e-3
+    assert gap < 1e-3 * moved
+
+
+def test_fused_adam_matches_keras_adam():
+    shapes = [(5, 3), (7,), (2, 3, 4)]
+    rng = np.random.default_rng(4)
+    start = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
+    fused_vars = [keras.Variable(w) for w in start]
+    keras_vars = [keras.Variable(w) for w in start]
+    fused = make_optimizer(HP, 1e-2)
+    stock = keras.optimizers.Adam(
+        1e-2, beta_1=HP.adam_beta1, beta_2=HP.adam_beta2, epsilon=HP.adam_epsilon
+    )
+    fused.build(fused_vars)
+    stock.build(keras_vars)
+    apply = tf.function(lambda grads: fused.apply(grads, fused_vars))
+    for _ in range(3):
+        grads = [tf.constant(rng.normal(size=shape), tf.float32) for shape in shapes]
+        apply(grads)
+        stock.apply(grads, keras_vars)
+    graph = apply.get_concrete_function(grads).graph
+    assert [op.type for op in graph.get_operations()].count("ResourceApplyAdam") == 3
+    for a, b, w in zip(fused_vars, keras_vars, start):
+        # Weights move by about lr = 1e-2 per step; rounding differs at 1e-4 of that.
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
+        assert np.abs(a.numpy() - w).max() > 1e-2
+    for a, b in zip(fused.variables, stock.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-8)
+
+
+def _bucketed_dataset() -> tf.data.Dataset:
+    """Copy examples of 2..16 tokens batched by length into buckets [8, 16], twice over."""
+    rng = np.random.default_rng(3)
+    examples = []
+    for _ in range(30):
+        size = int(rng.integers(2, 17))
+        ids = np.append(rng.integers(2, VOCAB, size - 1), 1)
+        examples.append({"inputs": ids, "targets": ids})
+    spec = {key: tf.TensorSpec([None], tf.int64) for key in ("inputs", "targets")}
+    dataset = tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=spec)
+    return dataset.apply(pipeline.batch_by_length([8, 16], batch_size=64)).repeat(2)
+
+
+def _count_compilations_main(output: str) -> None:
+    """Child process: trains with XLA over `_bucketed_dataset`, writes what it saw."""
+    shapes = [
+        [int(b["targets"].shape[0]), int(b["inputs"].shape[1]), int(b["targets"].shape[1])]
+        for b in _bucketed_dataset()
+    ]
+    model = build_transformer(HP, VOCAB)
+    optimizer = make_optimizer(HP, LEARNING_RATE)
+    optimizer.build(model.trainable_variables)
+    strategy = tf.distribute.get_strategy()
+    step = TrainStep(model, optimizer, strategy, HP.label_smoothing, jit_compile=True)
+    iterator = iter(_bucketed_dataset())
+    for _ in shapes:
+        step.train(iterator)
+    report = {
+        "shapes": shapes,
+        "seen_shapes": step.seen_shapes.numpy().tolist(),
+        "train_traces": step.train.experimental_get_tracing_count(),
+        "gradient_traces": step._gradients.experimental_get_tracing_count(),
+    }
+    Path(output).write_text(json.dumps(report))
+
+
+def test_xla_compiles_once_per_batch_shape(tmp_path):
+    dump = tmp_path / "xla_dump"
+    output = tmp_path / "report.json"
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.run(
+        [sys.executable, __file__, str(output)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert process.returncode == 0, process.stderr[-3000:]
+    report = json.loads(output.read_text())
+    shapes = {tuple(shape) for shape in report["shapes"]}
+    # Full and partial batches of two buckets, each met again on the second pass.
+    assert len(shapes) >= 3 and len(report["shapes"]) >= 2 * len(shapes)
+    modules = {re.match(r"module_(\d+)\.", name).group(1) for name in os.listdir(dump)}
+    assert len(modules) == len(shapes)
+    assert report["train_traces"] == 1 and report["gradient_traces"] == 1
+    # The step's own record of the shapes it met, in the order met.
+    assert report["seen_shapes"] == list(map(list, dict.fromkeys(map(tuple, report["shapes"]))))
+
+
+if __name__ == "__main__":
+    _count_compilations_main(sys.argv[1])

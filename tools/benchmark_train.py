@@ -1,0 +1,286 @@
+"""Training-step throughput and model-FLOPs utilisation of one hparams set.
+
+    python tools/benchmark_train.py [--hparams_set=transformer_base] [--small]
+        [--vocab_size=37000] [--sentences=128] [--source_length=32] [--target_length=32]
+        [--steps=3] [--warmup=1] [--rounds=2] [--configs=xla:float32,...]
+
+Builds the model and the trainer's own `TrainStep` (Adam, token-normalised gradients)
+for every configuration in `--configs` (XLA on/off x float32/mixed_bfloat16), feeds
+them one fixed batch of random non-padding ids with the unknown [None, None] shapes of
+the bucketed pipeline, and prints one row per configuration: compile time (first call
+minus one step: tracing and compilation), seconds per step, steps/s, target tokens/s,
+achieved model FLOP/s and its share of the matmul peaks.
+
+The peaks are measured in the same run: a `tf.function` float32 matmul of 2048^3 and
+4096^3 (the better of the two) and a bfloat16 matmul of 2048^3, median of
+`--peak_repeats` calls each. The machine may be shared, so configurations are timed
+round-robin (`--rounds` rounds of `--steps` steps, the peaks measured again every
+round), each figure is the median over rounds, and ratios between rows are taken under
+the same load. Process CPU time is reported too: CPU seconds per step and FLOPs per CPU
+second against the peak's FLOPs per CPU second move less than wall time when other
+processes take turns on the cores.
+
+Model FLOPs per step (`model_flops`) count 2 FLOPs per multiply-add, times 3 for
+forward + backward:
+    6 x parameters x tokens  +  3 x 4 x B x Tq x Tk x D per attention block,
+where the encoder's parameters meet each source token and all others (decoder and the
+tied embedding as pre-softmax projection; lookups cost nothing) each target token, and
+the attention term is the QK^T and AV products of the N encoder self-, N decoder self-
+and N cross-attention blocks, counted in full. For transformer_base with a 37,000-token
+shared vocabulary (63,082,496 parameters) and 128 x (32 + 32) tokens:
+6 x 63,082,496 x 4,096 = 1.5503 TFLOP plus 18 x 3 x 4 x 128 x 32 x 32 x 512 = 0.0145 TFLOP,
+1.5648 TFLOP per step. The peers' 1.563 TFLOP lies between this and the count with the
+decoder's causal self-attention halved (1.5624); the 0.1% difference is all in the
+attention term.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from t2t_lite import hparams as hparams_lib  # noqa: E402
+from t2t_lite.models import build_transformer  # noqa: E402
+from t2t_lite.training.schedule import TransformerSchedule  # noqa: E402
+from t2t_lite.training.step import TrainStep, make_optimizer  # noqa: E402
+
+CONFIGS = "xla:float32,noxla:float32,xla:mixed_bfloat16,noxla:mixed_bfloat16"
+SMALL = "num_encoder_layers=2,num_decoder_layers=2,hidden_size=256,filter_size=1024,num_heads=4"
+
+
+@dataclasses.dataclass
+class Shape:
+    """One training batch: B sentences of S source and T target tokens."""
+
+    sentences: int
+    source_length: int
+    target_length: int
+
+    @property
+    def target_tokens(self) -> int:
+        return self.sentences * self.target_length
+
+
+def model_flops(hp, parameters: int, encoder_parameters: int, shape: Shape) -> float:
+    """FLOPs of one forward + backward pass (see the module docstring for the formula).
+
+    Args:
+        hp: the HParams (layer counts and D are used).
+        parameters: the model's trainable parameter count.
+        encoder_parameters: the part of it in the encoder layers (applied per source token).
+        shape: the batch shape; source and target lengths may differ.
+
+    Returns:
+        6 x parameters x tokens + attention score/context products, in FLOPs.
+    """
+    b, s, t, d = shape.sentences, shape.source_length, shape.target_length, hp.hidden_size
+    weights = 6.0 * (encoder_parameters * b * s + (parameters - encoder_parameters) * b * t)
+    # Query-key pairs of the encoder self-, decoder self- and cross-attention blocks.
+    pairs = hp.num_encoder_layers * s * s + hp.num_decoder_layers * (t * t + t * s)
+    return weights + 3.0 * 4.0 * b * d * pairs
+
+
+class Clock:
+    """Wall-clock and process CPU seconds of a block of work.
+
+    CPU seconds over all threads, divided by the cores used, estimate the time the work
+    would take on an idle machine; on a shared machine they are steadier than wall time.
+    """
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def stop(self) -> tuple:
+        """(wall seconds, CPU seconds) since construction."""
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def matmul_peak(dtype: tf.DType, size: int, repeats: int) -> tuple:
+    """Median (wall, CPU) seconds of a compiled `size`^3 matmul over `repeats` calls."""
+    a = tf.random.normal((size, size), dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+    matmul = tf.function(tf.matmul)
+    matmul(a, b).numpy()
+    times = []
+    for _ in range(repeats):
+        clock = Clock()
+        matmul(a, b).numpy()
+        times.append(clock.stop())
+    flops = 2.0 * size**3
+    return tuple(flops / statistics.median(t[i] for t in times) for i in (0, 1))
+
+
+def measure_peaks(repeats: int) -> dict:
+    """{dtype: (wall FLOP/s, FLOP per CPU second)}; float32 is the better of 2048^3 and 4096^3."""
+    float32 = [matmul_peak(tf.float32, n, repeats) for n in (2048, 4096)]
+    return {
+        "float32": tuple(max(p[i] for p in float32) for i in (0, 1)),
+        "bfloat16": matmul_peak(tf.bfloat16, 2048, repeats),
+    }
+
+
+def random_batch(vocab_size: int, shape: Shape, seed: int) -> dict:
+    """Ids in [2, V) with no padding, so every position counts as a target token."""
+    rng = np.random.default_rng(seed)
+    return {
+        "inputs": rng.integers(2, vocab_size, (shape.sentences, shape.source_length)),
+        "targets": rng.integers(2, vocab_size, (shape.sentences, shape.target_length)),
+    }
+
+
+def fixed_batches(batch: dict) -> tf.data.Dataset:
+    """`batch` forever, with unknown [None, None] shapes as the bucketed pipeline has.
+
+    Static shapes would let layers pick other code paths at trace time than they do
+    in training, so the benchmark hides them exactly as `padded_batch` does.
+    """
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in batch}
+    dataset = tf.data.Dataset.from_generator(lambda: iter([batch]), output_signature=spec)
+    return dataset.cache().repeat().prefetch(2)
+
+
+class Runner:
+    """One configuration: its model, optimizer, compiled step and measurements."""
+
+    def __init__(self, hp, config: str, vocab_size: int, batch: dict):
+        jit, policy = config.split(":")
+        if jit not in ("xla", "noxla"):
+            raise ValueError(f"--configs entry {config!r}: expected xla:POLICY or noxla:POLICY")
+        self.name, self.jit_compile = config, jit == "xla"
+        self.hp = dataclasses.replace(hp, dtype_policy=policy)
+        hparams_lib.validate(self.hp)
+        keras.utils.set_random_seed(1)
+        strategy = tf.distribute.get_strategy()
+        self.model = build_transformer(self.hp, vocab_size)
+        schedule = TransformerSchedule(hp.hidden_size, hp.warmup_steps, hp.learning_rate)
+        optimizer = make_optimizer(self.hp, schedule)
+        optimizer.build(self.model.trainable_variables)
+        self.step = TrainStep(
+            self.model, optimizer, strategy, hp.label_smoothing, jit_compile=self.jit_compile
+        )
+        dataset = fixed_batches(batch)
+        self.iterator = iter(strategy.experimental_distribute_dataset(dataset))
+        self.compile_seconds = self._time(1)[0]
+        self.step_seconds = []  # per round: (wall, CPU) seconds per step
+
+    def _time(self, steps: int) -> tuple:
+        clock = Clock()
+        for _ in range(steps):
+            result = self.step.train(self.iterator)
+        float(result["loss"])
+        return clock.stop()
+
+    def measure(self, warmup: int, steps: int) -> None:
+        if warmup:
+            self._time(warmup)
+        wall, cpu = self._time(steps)
+        self.step_seconds.append((wall / steps, cpu / steps))
+
+    def median(self, index: int) -> float:
+        """Median over rounds of wall (0) or CPU (1) seconds per step."""
+        return statistics.median(seconds[index] for seconds in self.step_seconds)
+
+
+def run(args) -> None:
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    hp = hparams_lib.get(args.hparams_set)
+    hp = hparams_lib.override(
+        hp, ",".join(filter(None, [SMALL if args.small else "", args.hparams]))
+    )
+    shape = Shape(args.sentences, args.source_length, args.target_length)
+    batch = random_batch(args.vocab_size, shape, seed=1)
+    print(
+        f"{args.hparams_set}{' --small' if args.small else ''}: N={hp.num_encoder_layers}+"
+        f"{hp.num_decoder_layers} D={hp.hidden_size} d_ff={hp.filter_size} H={hp.num_heads} "
+        f"V={args.vocab_size:,}; batch {shape.sentences} x ({shape.source_length} + "
+        f"{shape.target_length}) = {shape.target_tokens:,} target tokens; "
+        f"TF {tf.__version__}, threads intra-op {args.intra_op_threads or 'default'} "
+        f"inter-op {args.inter_op_threads or 'default'}, {os.cpu_count()} CPUs"
+    )
+    runners = []
+    for config in args.configs.split(","):
+        runners.append(Runner(hp, config, args.vocab_size, batch))
+        print(f"  compiled {config}: {runners[-1].compile_seconds:.1f} s", flush=True)
+    model = runners[0].model
+    parameters = model.count_params()
+    encoder_parameters = sum(layer.count_params() for layer in model.encoder_layers)
+    flops = model_flops(hp, parameters, encoder_parameters, shape)
+    print(f"parameters {parameters:,}; model FLOPs per step {flops / 1e12:.4f} T", flush=True)
+    peaks = {"float32": [], "bfloat16": []}
+    for round_index in range(args.rounds):
+        for name, value in measure_peaks(args.peak_repeats).items():
+            peaks[name].append(value)
+        for runner in runners:
+            runner.measure(args.warmup, args.steps)
+        print(
+            f"  round {round_index + 1}/{args.rounds}: "
+            + ", ".join(f"{r.name} {r.step_seconds[-1][0]:.2f} s/step" for r in runners),
+            flush=True,
+        )
+    peak = {
+        name: tuple(statistics.median(v[i] for v in values) for i in (0, 1))
+        for name, values in peaks.items()
+    }
+    print_table(runners, flops, shape, peak)
+
+
+def print_table(runners: list, flops: float, shape: Shape, peak: dict) -> None:
+    """One row per configuration; utilisation = model FLOP/s over the measured peak."""
+    fp32, bf16 = peak["float32"], peak["bfloat16"]
+    print(
+        f"\nmatmul peak, median over rounds (wall | per CPU second): float32 "
+        f"{fp32[0] / 1e9:.0f} | {fp32[1] / 1e9:.0f} GFLOP/s, bfloat16 {bf16[0] / 1e9:.0f} | "
+        f"{bf16[1] / 1e9:.0f} GFLOP/s; model FLOPs per step {flops / 1e12:.4f} T"
+    )
+    print(
+        "| config | compile s | s/step | steps/s | target tok/s | GFLOP/s | util. fp32 peak "
+        "| util. bf16 peak | CPU s/step | util. fp32 by CPU time | speed vs first row |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    reference = runners[0].median(0)
+    for runner in runners:
+        wall, cpu = runner.median(0), runner.median(1)
+        achieved = flops / wall
+        print(
+            f"| {runner.name} | {runner.compile_seconds - wall:.1f} | {wall:.3f} | {1 / wall:.3f} "
+            f"| {shape.target_tokens / wall:,.0f} | {achieved / 1e9:.0f} "
+            f"| {achieved / fp32[0]:.0%} | {achieved / bf16[0]:.0%} | {cpu:.2f} "
+            f"| {flops / cpu / fp32[1]:.0%} | {reference / wall:.2f}x |"
+        )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hparams_set", default="transformer_base")
+    parser.add_argument("--hparams", default="", help="k=v,k=v overrides")
+    parser.add_argument(
+        "--small", action="store_true", help="2+2 layers, D 256, d_ff 1024, 4 heads"
+    )
+    parser.add_argument("--vocab_size", type=int, default=37000)
+    parser.add_argument("--sentences", type=int, default=128)
+    parser.add_argument("--source_length", type=int, default=32)
+    parser.add_argument("--target_length", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per round")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--peak_repeats", type=int, default=9)
+    parser.add_argument("--configs", default=CONFIGS, help="comma list of {xla,noxla}:POLICY")
+    parser.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    run(parse_args())
