@@ -12,6 +12,7 @@ The references are plain Keras: a GradientTape over `keras.losses.categorical_cr
 and a stock `keras.optimizers.Adam`, independent of `TrainStep` and `token_statistics`.
 """
 
+import dataclasses
 import functools
 import json
 import os
@@ -89,9 +90,9 @@ def initial_weights():
     return build_transformer(HP, VOCAB).get_weights()
 
 
-def _model(strategy, weights):
+def _model(strategy, weights, hp=HP):
     with strategy.scope():
-        model = build_transformer(HP, VOCAB)
+        model = build_transformer(hp, VOCAB)
     model.set_weights(weights)
     return model
 
@@ -100,7 +101,7 @@ def _values(model):
     return [variable.numpy() for variable in model.trainable_variables]
 
 
-def _train(strategy, steps, weights, accumulation_steps=1):
+def _train(strategy, steps, weights, accumulation_steps=1, hp=HP, **optimizer_args):
     """Runs one `TrainStep.train` per entry of `steps`, starting from `weights`.
 
     Args:
@@ -110,9 +111,9 @@ def _train(strategy, steps, weights, accumulation_steps=1):
     Returns:
         (per update: the trainable weights after it, and its result as Python floats).
     """
-    model = _model(strategy, weights)
+    model = _model(strategy, weights, hp)
     with strategy.scope():
-        optimizer = make_optimizer(HP, LEARNING_RATE)
+        optimizer = make_optimizer(hp, LEARNING_RATE, **optimizer_args)
         optimizer.build(model.trainable_variables)
     batches = [tf.data.Dataset.from_tensors(batch) for step in steps for batch in step]
     dataset = functools.reduce(lambda a, b: a.concatenate(b), batches)
@@ -248,6 +249,40 @@ def test_update_uses_global_token_count_not_mean_of_replica_means(initial_weight
         LEARNING_RATE, beta_1=HP.adam_beta1, beta_2=HP.adam_beta2, epsilon=HP.adam_epsilon
     ).apply(mean_of_means, wrong.trainable_variables)
     assert _max_difference(values, _values(wrong)) > 100 * TOLERANCE
+
+
+def test_float16_loss_scaling_on_two_replicas(initial_weights):
+    hp = dataclasses.replace(HP, dtype_policy="mixed_float16")
+    steps = _uneven_steps() * 4
+    replica_batches = [batches for _, batches in steps]
+    global_batches = [[_batch(parts[0] + parts[1])] for parts, _ in steps]
+    # 2^16 times a summed loss overflows float16 in the backward pass: both replicas skip
+    # the update together (their copies stay equal: `_train` checks) and halve the scale
+    # until it fits. Where an overflow happens depends on each replica's own batch.
+    high = {"initial_loss_scale": 2.0**16, "loss_scale_growth_steps": 1000}
+    two = _train(_mirrored(), replica_batches, initial_weights, hp=hp, **high)
+    finite = [bool(np.isfinite(result["grad_norm"])) for _, result in two]
+    assert not finite[0] and any(finite), finite
+    scales = [result["loss_scale"] for _, result in two]
+    assert scales[0] == 2.0**16
+    for scale, next_scale, applied in zip(scales, scales[1:], finite):
+        assert next_scale == (scale if applied else scale / 2)
+    assert _max_difference(two[0][0], initial_weights) == 0.0
+    assert _max_difference(two[-1][0], initial_weights) > 1e-4
+    # With a scale that never overflows, two replicas make one device's float16 updates.
+    low = {"initial_loss_scale": 2.0**4}
+    two = _train(_mirrored(), replica_batches, initial_weights, hp=hp, **low)
+    one = _train(tf.distribute.get_strategy(), global_batches, initial_weights, hp=hp, **low)
+    for (_, two_result), (_, one_result) in zip(two, one, strict=True):
+        assert np.isfinite(two_result["grad_norm"]) and np.isfinite(one_result["grad_norm"])
+        assert two_result["loss_scale"] == one_result["loss_scale"] == 2.0**4
+        # float16 rounds per-replica and whole-batch sums differently (and Adam's
+        # normalised steps carry that into near-zero gradients' weights), so the runs
+        # agree to float16 precision in their losses, not bit for bit in every weight.
+        assert two_result["tokens"] == one_result["tokens"]
+        assert two_result["loss"] == pytest.approx(one_result["loss"], rel=1e-2)
+    assert two[0][1]["grad_norm"] == pytest.approx(one[0][1]["grad_norm"], rel=1e-2)
+    assert two[-2][1]["loss"] < 0.9 * two[0][1]["loss"]  # the same batch, 3 rounds later
 
 
 def test_accumulation_matches_one_big_batch_on_one_device(initial_weights):
