@@ -275,6 +275,36 @@ class WsjParsing(TranslateProblem):
         """The preprocessed trees of a gold file (`.mrg` or one per line), one line each."""
         return [trees.to_string(trees.preprocess(t)) for t in trees.read_trees(path)]
 
+    def check_references(self, references: Sequence[str], source: str) -> None:
+        """Raises a ValueError "SOURCE line N: ..." at the first line that is not one gold tree.
+
+        Empty lines pass (EVALB skips them). `score` reads the same trees the same way.
+        """
+        for number, text in enumerate(references, 1):
+            if not text.strip():
+                continue
+            where = f"{source} line {number}"
+            try:
+                _preprocessed(text, where)
+            except ValueError as error:
+                # One tree per line: the parser's tree and line numbers say nothing more.
+                message = str(error).replace(f"{where}, tree 1, line 1:", f"{where}:")
+                raise ValueError(message) from None
+
+    def with_gold_tags(self, hypotheses: Sequence[str], references: Sequence[str]) -> list:
+        """`hypotheses` (trees) with placeholder tags replaced by the aligned gold trees' tags.
+
+        What `score` does before scoring, so that the trees it scores can be written out
+        and rescored by EVALB itself; a tree whose words differ from its gold tree's is
+        kept as it is.
+        """
+        return [
+            _with_gold_tags(
+                hypothesis, _gold_tree(reference, number) if reference.strip() else None, number
+            )
+            for number, (hypothesis, reference) in enumerate(zip(hypotheses, references), 1)
+        ]
+
     def reference_inputs(self, references: Sequence[str]) -> list:
         """The input text (preprocessed words) of each gold tree; "" for an empty line."""
         return [

@@ -263,8 +263,8 @@ def test_a_bad_reference_file_is_one_clear_line_before_decoding(run, dev, work, 
 )
 def test_reference_trees_are_checked_line_by_line(line, message):
     references = ["(S (NN cat))", line]
-    with pytest.raises(decode.DecodeError) as error:
-        decode.reference_tags(references, ["cat", "The cat sat"], "gold.txt")
+    with pytest.raises(ValueError) as error:
+        problems.get(PROBLEM).check_references(references, "gold.txt")
     assert str(error.value).startswith(f"gold.txt line 2: {message}")
     assert "tree 1, line 1" not in str(error.value)
 

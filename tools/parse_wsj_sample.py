@@ -146,8 +146,8 @@ def search_config(args, problem) -> SearchConfig:
     return config
 
 
-def parse(model, problem, config, encoder, inputs, tags, args, suffix: str) -> list:
-    """Decodes `inputs` with `config`; writes and returns the trees, with gold `tags` on."""
+def parse(model, problem, config, encoder, inputs, gold, args, suffix: str) -> list:
+    """Decodes `inputs` with `config`; writes and returns the trees, with `gold`'s tags on."""
     began = time.monotonic()
     outputs = decode(model, config, encoder, inputs, args.decode_batch)
     well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
@@ -158,7 +158,9 @@ def parse(model, problem, config, encoder, inputs, tags, args, suffix: str) -> l
     )
     work = Path(args.work_dir)
     write_lines(work / f"{args.split}.{suffix}.linearized", outputs)
-    parsed = [problem.postprocess(*item) for item in zip(outputs, inputs, tags)]
+    parsed = problem.with_gold_tags(
+        [problem.postprocess(out, text) for out, text in zip(outputs, inputs)], gold
+    )
     write_lines(work / f"{args.split}.{suffix}", parsed)
     return parsed
 
@@ -183,13 +185,13 @@ def main() -> None:
     config = search_config(args, problem)
     rows = {
         f"{args.hparams_set}, {steps} steps, beam {config.beam_size}": parse(
-            model, problem, config, encoder, inputs, tags, args, "model"
+            model, problem, config, encoder, inputs, gold, args, "model"
         )
     }
     if args.greedy:
         greedy = SearchConfig(method="greedy", extra_length=config.extra_length)
         rows["the same, greedy"] = parse(
-            model, problem, greedy, encoder, inputs, tags, args, "greedy"
+            model, problem, greedy, encoder, inputs, gold, args, "greedy"
         )
     rows["right-branching baseline"] = [
         trees.to_string(trees.right_branching(text.split(), tag)) for text, tag in zip(inputs, tags)

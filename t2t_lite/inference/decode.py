@@ -35,7 +35,6 @@ import tensorflow as tf
 from t2t_lite.inference.restore import TrainedModel
 from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
 from t2t_lite.metrics import bleu_report, write_bleu_json
-from t2t_lite.problems import trees
 from t2t_lite.training.progress import format_duration
 
 EOS_ID = 1
@@ -383,58 +382,32 @@ def is_parsing(problem) -> bool:
     return problem.eval_metric == "parse_f1"
 
 
-def reference_tags(references: Sequence[str], inputs: Sequence[str], path: str) -> list:
-    """Per line of a gold-tree reference file, the POS tags of its preprocessed tree.
-
-    None for an empty line, and for a tree whose words are not the input line's words (its
-    hypothesis then keeps the placeholder tags, and EVALB reports the mismatch).
-
-    Raises:
-        DecodeError: for a line that is not exactly one tree, naming the file and line.
-    """
-    found = []
-    for number, (text, line) in enumerate(zip(references, inputs), start=1):
-        if not text.strip():
-            found.append(None)
-            continue
-        where = f"{path} line {number}"
-        try:
-            gold = trees.preprocess(trees.parse_tree(text, source=where))
-        except ValueError as error:
-            message = str(error).replace(f"{where}, tree 1, line 1:", f"{where}:")
-            if not message.startswith(where):
-                message = f"{where}: {message}"
-            raise DecodeError(
-                f"{message}; the reference file must hold one gold tree (PTB brackets) per line"
-            ) from None
-        found.append(trees.tags(gold) if trees.words(gold) == line.split() else None)
-    return found
-
-
 def output_lines(
     problem,
     result: DecodeResult,
     inputs: Sequence[str],
     return_beams: bool = False,
-    tags: Sequence | None = None,
+    references: Sequence[str] | None = None,
 ) -> list:
     """The output lines of `result`: `result.lines(return_beams)`, or trees for parsing.
 
-    For a parsing problem every hypothesis becomes `problem.postprocess(hypothesis, input,
-    tags[i])`: a well-formed tree over exactly the input's words (placeholder tags without
-    `tags`); an empty input line stays empty, and so does a beam slot no hypothesis filled.
+    For a parsing problem every hypothesis becomes `problem.postprocess(hypothesis, input)`:
+    a well-formed tree over exactly the input's words, with placeholder tags, or with the
+    gold tags of `references` (`problem.with_gold_tags`) when given; an empty input line
+    stays empty, and so does a beam slot no hypothesis filled.
     """
     if not is_parsing(problem):
         return result.lines(return_beams)
     lines = []
     for index, (beams, text) in enumerate(zip(result.beams, inputs)):
-        line_tags = tags[index] if tags is not None else None
         parsed = [
-            problem.postprocess(hypothesis, text, line_tags)
+            problem.postprocess(hypothesis, text)
             if text.strip() and (hypothesis or rank == 0)
             else ""
             for rank, hypothesis in enumerate(beams if return_beams else beams[:1])
         ]
+        if references is not None:
+            parsed = problem.with_gold_tags(parsed, [references[index]] * len(parsed))
         lines.append("\t".join(parsed))
     return lines
 
@@ -460,7 +433,6 @@ def decode_file(
     """
     lines = read_lines(input_path)
     references = read_lines(reference_path) if reference_path else None
-    gold_tags = None
     if references is not None:
         check_scorable(decoder.problem)
         if len(references) != len(lines):
@@ -469,10 +441,15 @@ def decode_file(
                 f"{len(lines):,}; pass the reference file aligned with the input"
             )
         if is_parsing(decoder.problem):
-            gold_tags = reference_tags(references, lines, reference_path)
+            try:
+                decoder.problem.check_references(references, reference_path)
+            except ValueError as error:
+                raise DecodeError(
+                    f"{error}; the reference file must hold one gold tree (PTB brackets) per line"
+                ) from None
     write_lines(output_path, [])  # Fails now, not after decoding, if it cannot be written.
     result = decoder.translate(lines, source=input_path, show_progress=True)
-    write_lines(output_path, output_lines(decoder.problem, result, lines, return_beams, gold_tags))
+    write_lines(output_path, output_lines(decoder.problem, result, lines, return_beams, references))
     seconds = max(result.seconds, 1e-9)
     summary = {
         "sentences": len(lines),
@@ -484,7 +461,7 @@ def decode_file(
     decoder.printer(f"wrote {len(lines):,} lines to {output_path}")
     if references is not None:
         # For parsing: the trees written above, with the gold tags on their leaves.
-        hypotheses = output_lines(decoder.problem, result, lines, tags=gold_tags)
+        hypotheses = output_lines(decoder.problem, result, lines, references=references)
         report = score_outputs(decoder.problem, hypotheses, references)
         report.update(
             hypotheses_file=output_path,

@@ -115,6 +115,7 @@ class TrainStep:
         self.clip_grad_norm = clip_grad_norm
         self.variables = model.trainable_variables
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self.jit_compile = jit_compile
         self._gradients = tf.function(self._gradients_fn, jit_compile=jit_compile)
         # Without XLA for the whole step, XLA still compiles the loss: fused, the softmax
         # over the [B, T, V] logits and its gradient take about 30% less CPU time
@@ -143,8 +144,8 @@ class TrainStep:
                     )
                     for key in STAT_KEYS
                 }
-        # Every distinct (B, S, T) micro-batch shape met on this worker's replicas, kept in
-        # the graph (no host round trip per update): under XLA, one compilation each.
+        # Under XLA, every distinct (B, S, T) micro-batch shape met on this worker's
+        # replicas, kept in the graph (no host round trip per update): one compilation each.
         self.seen_shapes = tf.Variable(
             tf.zeros([0, 3], tf.int32), shape=tf.TensorShape([None, 3]), trainable=False
         )
@@ -171,19 +172,16 @@ class TrainStep:
         scale = 1.0 / tf.maximum(stats["tokens"], 1.0)
         grads = [g * scale for g in grads]
         norm = tf.linalg.global_norm(grads)
-        loss_scale = tf.constant(1.0)
+        result, clip_norm = dict(stats, grad_norm=norm), self.clip_grad_norm
         if self.loss_scaled:
             # The gradients are still multiplied by the loss scale: the optimizer divides
             # them (and skips the update if any is not finite), so clip at a scaled norm.
             loss_scale = tf.identity(self.optimizer.dynamic_scale)
+            result.update(grad_norm=norm / loss_scale, loss_scale=loss_scale)
+            clip_norm = clip_norm * loss_scale
         if self.clip_grad_norm > 0:
-            grads, _ = tf.clip_by_global_norm(
-                grads, self.clip_grad_norm * loss_scale, use_norm=norm
-            )
+            grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
         self.optimizer.apply(grads, self.variables)
-        result = dict(stats, grad_norm=norm / loss_scale)
-        if self.loss_scaled:
-            result["loss_scale"] = loss_scale
         return result
 
     def _replica_step(self, batch):
@@ -218,7 +216,8 @@ class TrainStep:
                 batches.append(next(iterator))
                 self.strategy.run(self._replica_accumulate, args=(batches[-1],))
             result = self.strategy.run(self._replica_apply_accumulated)
-        self._record_shapes(batches)
+        if self.jit_compile:
+            self._record_shapes(batches)
         return {
             key: self.strategy.experimental_local_results(value)[0] for key, value in result.items()
         }
