@@ -95,7 +95,7 @@ def _train(output_dir, steps, **overrides):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    return _train(tmp_path_factory.mktemp("run"), 60)
+    return _train(tmp_path_factory.mktemp("run"), 150)
 
 
 @pytest.fixture(scope="module")

@@ -229,7 +229,8 @@ def test_feed_forward_is_eq2():
     layer = FeedForwardNetwork(hidden_size=D, filter_size=F)
     x = _randn(2, 3, D, seed=7)
     out = np.asarray(layer(x))
-    w1, b1 = layer.filter_dense.kernel.numpy(), layer.filter_dense.bias.numpy()
+    # W_1 is stored transposed: [d_ff, D].
+    w1, b1 = layer.filter_dense.kernel.numpy().T, layer.filter_dense.bias.numpy()
     w2, b2 = layer.output_dense.kernel.numpy(), layer.output_dense.bias.numpy()
     np.testing.assert_allclose(out, np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5)
     assert layer.count_params() == (D * F + F) + (F * D + D)

@@ -1,14 +1,14 @@
 """Mixed precision and XLA in the training step: fewer bits and one compilation per shape.
 
 - A mixed_bfloat16 run's and a mixed_float16 run's per-token loss track the float32 run's
-  step by step, from the same initial weights on the same batches, while all fall far
+  pass by pass over the same batches from the same initial weights, while all fall far
   below where they began.
 - Under mixed_float16, dynamic loss scaling skips an update whose gradients overflow
   (weights, step and Adam's moments untouched), halves the scale, and doubles it again
   after a run of finite updates.
 - Under mixed_bfloat16 the matrix products run in bfloat16 but every softmax (attention
-  weights, the loss's log-softmax) runs in float32, and the loss equals a float64
-  recomputation from the model's own logits.
+  weights, and the loss's compiled forward and backward programs) runs in float32, and the
+  loss equals a float64 recomputation from the model's own logits.
 - The XLA-compiled step makes the same update as the plain TensorFlow step, and the
   optimizer's fused Adam kernel makes the same update as Keras's Adam.
 - Over a length-bucketed dataset, XLA compiles the step once per distinct batch shape
@@ -44,10 +44,13 @@ HP = hparams.override(
 )
 LEARNING_RATE = 3e-3
 TRACKING_STEPS = 40
-# Largest step-by-step gap allowed between the bfloat16 and float32 per-token losses, in
-# nats. bfloat16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%); over this run
-# the observed gap stays below a third of this, while the loss falls by more than 1 nat.
-LOSS_TOLERANCE = 0.06
+# Largest gap allowed between the bfloat16 (or float16) and float32 per-token losses, in
+# nats, each averaged over one pass through the run's 4 batches. bfloat16 keeps 8
+# significant bits (relative rounding 2^-9 = 0.2%); the loss falls by more than 1 nat.
+# Single updates are compared through the pass average because late in this run the
+# copy task is being learnt in jumps, and rounding moves a jump by an update or two
+# (per-update gaps then reach ~0.09 nats while the passes agree within ~0.03).
+LOSS_TOLERANCE = 0.04
 
 
 def _copy_batch(rng, sentences: int, length: int) -> dict:
@@ -115,7 +118,9 @@ def test_mixed_precision_loss_tracks_float32(policy, initial_weights, float32_lo
     mixed_loss = np.array([r["loss"] / r["tokens"] for r in mixed])
     assert float32_losses[0] - float32_losses[-1] > 1.0, float32_losses
     gap = np.abs(mixed_loss - float32_losses)
-    assert gap.max() < LOSS_TOLERANCE, gap
+    passes = np.abs(mixed_loss - float32_losses).reshape(-1, 4)  # per pass over the batches
+    pass_gap = np.abs((mixed_loss - float32_losses).reshape(-1, 4).mean(axis=1))
+    assert pass_gap.max() < LOSS_TOLERANCE, (pass_gap, passes)
     # The low-precision type really is in use: the runs differ beyond float32 rounding.
     assert gap.max() > 1e-4, gap
 
@@ -181,10 +186,19 @@ def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights):
     graph = loss_and_gradients.get_concrete_function().graph
     softmaxes = _op_dtypes(graph, {"Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits"})
     products = _op_dtypes(graph, {"MatMul", "BatchMatMulV2", "Einsum"})
-    # 2 encoder + 2 x 2 decoder attention blocks, and the loss.
-    assert len(softmaxes) >= 7
+    # 2 encoder + 2 x 2 decoder attention blocks.
+    assert len(softmaxes) >= 6
     assert {dtype for _, dtype in softmaxes} == {tf.float32}
     assert tf.bfloat16 in {dtype for _, dtype in products}
+    # The loss's compiled forward and backward programs take float32 logits.
+    loss_calls = [
+        op
+        for op in graph.get_operations()
+        if "f" in op.node_def.attr
+        and re.search(r"_(forward|backward)", op.node_def.attr["f"].func.name)
+    ]
+    assert len(loss_calls) == 2
+    assert all(op.inputs[0].dtype == tf.float32 for op in loss_calls)
 
     logits = model(batch, training=False)
     assert logits.dtype == tf.float32

@@ -11,6 +11,10 @@ the bucketed pipeline, and prints one row per configuration: compile time (first
 minus one step: tracing and compilation), seconds per step, steps/s, target tokens/s,
 achieved model FLOP/s and its share of the matmul peaks.
 
+Like the trainer, the script first has glibc's malloc keep freed memory
+(`host_memory.retain_freed_memory`); `--malloc_defaults` leaves malloc alone, to measure
+that setting's share in a second process.
+
 The peaks are measured in the same run: a `tf.function` float32 matmul of 2048^3 and
 4096^3 (the better of the two) and a bfloat16 matmul of 2048^3, median of
 `--peak_repeats` calls each. The machine may be shared, so configurations are timed
@@ -50,6 +54,7 @@ import tensorflow as tf  # noqa: E402
 
 from t2t_lite import hparams as hparams_lib  # noqa: E402
 from t2t_lite.models import build_transformer  # noqa: E402
+from t2t_lite.training import host_memory  # noqa: E402
 from t2t_lite.training.schedule import TransformerSchedule  # noqa: E402
 from t2t_lite.training.step import TrainStep, make_optimizer  # noqa: E402
 
@@ -191,6 +196,8 @@ class Runner:
 
 
 def run(args) -> None:
+    # As the trainer does; --malloc_defaults measures without it (a separate process).
+    retained = False if args.malloc_defaults else host_memory.retain_freed_memory()
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.inter_op_threads:
@@ -207,7 +214,8 @@ def run(args) -> None:
         f"V={args.vocab_size:,}; batch {shape.sentences} x ({shape.source_length} + "
         f"{shape.target_length}) = {shape.target_tokens:,} target tokens; "
         f"TF {tf.__version__}, threads intra-op {args.intra_op_threads or 'default'} "
-        f"inter-op {args.inter_op_threads or 'default'}, {os.cpu_count()} CPUs"
+        f"inter-op {args.inter_op_threads or 'default'}, {os.cpu_count()} CPUs; freed host "
+        f"memory {'retained (as the trainer does)' if retained else 'returned (malloc defaults)'}"
     )
     runners = []
     for config in args.configs.split(","):
@@ -279,6 +287,11 @@ def parse_args(argv=None):
     parser.add_argument("--configs", default=CONFIGS, help="comma list of {xla,noxla}:POLICY")
     parser.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument(
+        "--malloc_defaults",
+        action="store_true",
+        help="leave glibc's malloc settings alone (the trainer sets them to keep freed memory)",
+    )
     return parser.parse_args(argv)
 
 

@@ -5,7 +5,9 @@ from keras import ops
 
 from t2t_lite.layers import masks
 from t2t_lite.layers.attention import MultiHeadAttention
+from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.feed_forward import FeedForwardNetwork
+from t2t_lite.layers.normalization import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -77,16 +79,14 @@ class TransformerDecoderLayer(keras.layers.Layer):
 
     def _build_norm_and_dropout(self, block, inputs_shape):
         """Creates `{block}_layer_norm` and `{block}_dropout`."""
-        layer_norm = keras.layers.LayerNormalization(
+        layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon,
             name=f"{block}_layer_norm",
             dtype=self.dtype_policy,
         )
         layer_norm.build(inputs_shape)
         setattr(self, f"{block}_layer_norm", layer_norm)
-        dropout = keras.layers.Dropout(
-            self.dropout, name=f"{block}_dropout", dtype=self.dtype_policy
-        )
+        dropout = Dropout(self.dropout, name=f"{block}_dropout", dtype=self.dtype_policy)
         setattr(self, f"{block}_dropout", dropout)
 
     def compute_cross_key_value(self, encoder_output):

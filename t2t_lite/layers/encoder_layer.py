@@ -3,7 +3,9 @@
 import keras
 
 from t2t_lite.layers.attention import MultiHeadAttention
+from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.feed_forward import FeedForwardNetwork
+from t2t_lite.layers.normalization import LayerNorm
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -57,11 +59,11 @@ class TransformerEncoderLayer(keras.layers.Layer):
             dtype=policy,
         )
         self.self_attention.build(inputs_shape)
-        self.self_attention_layer_norm = keras.layers.LayerNormalization(
+        self.self_attention_layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="self_attention_layer_norm", dtype=policy
         )
         self.self_attention_layer_norm.build(inputs_shape)
-        self.self_attention_dropout = keras.layers.Dropout(
+        self.self_attention_dropout = Dropout(
             self.dropout, name="self_attention_dropout", dtype=policy
         )
         self.feed_forward = FeedForwardNetwork(
@@ -72,13 +74,11 @@ class TransformerEncoderLayer(keras.layers.Layer):
             dtype=policy,
         )
         self.feed_forward.build(inputs_shape)
-        self.feed_forward_layer_norm = keras.layers.LayerNormalization(
+        self.feed_forward_layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon, name="feed_forward_layer_norm", dtype=policy
         )
         self.feed_forward_layer_norm.build(inputs_shape)
-        self.feed_forward_dropout = keras.layers.Dropout(
-            self.dropout, name="feed_forward_dropout", dtype=policy
-        )
+        self.feed_forward_dropout = Dropout(self.dropout, name="feed_forward_dropout", dtype=policy)
         self.built = True
 
     def call(self, inputs, attention_mask=None, training=None):

@@ -10,8 +10,10 @@ from keras import ops
 
 from t2t_lite.layers import masks
 from t2t_lite.layers.decoder_layer import TransformerDecoderLayer
+from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.embedding import SharedEmbedding
 from t2t_lite.layers.encoder_layer import TransformerEncoderLayer
+from t2t_lite.layers.normalization import LayerNorm
 from t2t_lite.layers.positions import LearnedPositionEmbedding, SinusoidalPositionEncoding
 
 
@@ -125,10 +127,10 @@ class Transformer(keras.Model):
                 f"Transformer: position_encoding must be 'sinusoid' or 'learned', "
                 f"got {self.position_encoding!r}"
             )
-        self.encoder_embedding_dropout = keras.layers.Dropout(
+        self.encoder_embedding_dropout = Dropout(
             self.dropout, name="encoder_embedding_dropout", dtype=policy
         )
-        self.decoder_embedding_dropout = keras.layers.Dropout(
+        self.decoder_embedding_dropout = Dropout(
             self.dropout, name="decoder_embedding_dropout", dtype=policy
         )
         block = {
@@ -153,10 +155,10 @@ class Transformer(keras.Model):
         self.encoder_layer_norm = None
         self.decoder_layer_norm = None
         if self.normalize_first:
-            self.encoder_layer_norm = keras.layers.LayerNormalization(
+            self.encoder_layer_norm = LayerNorm(
                 epsilon=self.layer_norm_epsilon, name="encoder_layer_norm", dtype=policy
             )
-            self.decoder_layer_norm = keras.layers.LayerNormalization(
+            self.decoder_layer_norm = LayerNorm(
                 epsilon=self.layer_norm_epsilon, name="decoder_layer_norm", dtype=policy
             )
 

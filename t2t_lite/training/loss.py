@@ -8,33 +8,91 @@ same whatever the batch's split across devices.
 import tensorflow as tf
 
 
-def token_statistics(logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float) -> dict:
-    """Sums of the training loss and of the unsmoothed metrics over non-padding tokens.
+def _forward(logits, labels, label_smoothing):
+    """Loss and NLL sums, and the per-token max logit and softmax normaliser."""
+    weights = tf.cast(tf.not_equal(labels, 0), tf.float32)  # [B, T]
+    top = tf.reduce_max(logits, axis=-1, keepdims=True)  # [B, T, 1]
+    total = tf.reduce_sum(tf.exp(logits - top), axis=-1, keepdims=True)  # [B, T, 1]
+    log_normalizer = (tf.math.log(total) + top)[..., 0]  # [B, T]
+    nll = log_normalizer - tf.gather(logits, labels, axis=-1, batch_dims=2)  # -log p(label)
+    uniform = log_normalizer - tf.reduce_mean(logits, axis=-1)  # -mean_k log p(k)
+    loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+    return tf.reduce_sum(loss * weights), tf.reduce_sum(nll * weights), top, total
+
+
+def _backward(logits, labels, label_smoothing, top, total, upstream):
+    """d(upstream * loss sum) / d logits = upstream * (p - q') on non-padding tokens."""
+    weights = tf.cast(tf.not_equal(labels, 0), tf.float32)  # [B, T]
+    vocab_size = tf.shape(logits)[-1]
+    target = tf.one_hot(labels, vocab_size, on_value=1.0 - label_smoothing, off_value=0.0)
+    smoothing = label_smoothing / tf.cast(vocab_size, tf.float32)
+    probs = tf.exp(logits - top) / total
+    return (probs - target - smoothing) * (upstream * weights)[..., None]
+
+
+# Each is one XLA program: its passes over the [B, T, V] logits fuse (inside a step that
+# XLA compiles as a whole, they are inlined into it).
+_forward_compiled = tf.function(_forward, jit_compile=True)
+_backward_compiled = tf.function(_backward, jit_compile=True)
+
+
+def cross_entropy_sums(logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float) -> tuple:
+    """Label-smoothed cross-entropy and negative log-likelihood, summed over tokens.
 
     With K = vocab size and eps = `label_smoothing`, the target distribution is
     q'(k) = (1 - eps) * [k = label] + eps / K (Szegedy et al., 2016, as cited in
     section 5.4), and the token loss is the cross-entropy H(q', p).
 
+    The gradient with respect to the logits is written out rather than derived through
+    log-softmax: per non-padding token it is p - q', with p the model's softmax. The
+    forward program keeps two numbers per token (max logit and softmax normaliser);
+    the backward program recomputes p from them and the logits. So the [B, T, V]
+    logits are read three times forward and once backward, and nothing of that size
+    is written but the gradient (differentiating the formula through log-softmax
+    reads and writes it about ten times). Only the loss sum carries a gradient.
+
     Args:
-        logits: float [B, T, V] scores (cast to float32 here).
-        labels: int [B, T] target ids, 0 = padding.
+        logits: float32 [B, T, V] scores.
+        labels: int32 [B, T] target ids, 0 = padding.
         label_smoothing: eps in [0, 1).
 
     Returns:
+        (smoothed cross-entropy sum, negative log-likelihood sum), float32 scalars.
+    """
+
+    @tf.custom_gradient
+    def sums(z):
+        loss, nll, top, total = _forward_compiled(z, labels, label_smoothing)
+
+        def backward(upstream, *unused):
+            return _backward_compiled(z, labels, label_smoothing, top, total, upstream)
+
+        return (loss, tf.stop_gradient(nll)), backward
+
+    return sums(logits)
+
+
+def token_statistics(logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float) -> dict:
+    """Sums of the training loss and of the unsmoothed metrics over non-padding tokens.
+
+    Args:
+        logits: float [B, T, V] scores (cast to float32 here).
+        labels: int [B, T] target ids, 0 = padding.
+        label_smoothing: eps in [0, 1) (see `cross_entropy_sums`).
+
+    Returns:
         {"loss": smoothed cross-entropy sum, "nll": negative log-likelihood sum,
-         "correct": argmax hits, "tokens": non-padding count}, float32 scalars.
+         "correct": argmax hits (a tie for the top goes to the lowest id),
+         "tokens": non-padding count}, float32 scalars. Only "loss" has a gradient.
     """
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
     weights = tf.cast(tf.not_equal(labels, 0), tf.float32)  # [B, T]
-    log_probs = tf.nn.log_softmax(logits, axis=-1)  # [B, T, V]
-    nll = -tf.gather(log_probs, labels, axis=-1, batch_dims=2)  # [B, T]
-    uniform = -tf.reduce_mean(log_probs, axis=-1)  # [B, T]
-    loss = (1.0 - label_smoothing) * nll + label_smoothing * uniform
+    loss, nll = cross_entropy_sums(logits, labels, label_smoothing)
     hits = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
     return {
-        "loss": tf.reduce_sum(loss * weights),
-        "nll": tf.reduce_sum(nll * weights),
+        "loss": loss,
+        "nll": nll,
         "correct": tf.reduce_sum(hits * weights),
         "tokens": tf.reduce_sum(weights),
     }

@@ -21,7 +21,7 @@ from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
 from t2t_lite.problems import pipeline
-from t2t_lite.training import bleu_eval, distribute, run_dir
+from t2t_lite.training import bleu_eval, distribute, host_memory, run_dir
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
 from t2t_lite.training.step import TrainStep, make_optimizer
@@ -186,8 +186,10 @@ def _write_scalars(writer, step: int, values: dict) -> None:
 def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     """Trains `config.problem` with hparams `hp` and returns the last evaluation metrics.
 
-    Rerunning with the same `output_dir` resumes from its newest checkpoint.
+    Rerunning with the same `output_dir` resumes from its newest checkpoint. Freed host
+    memory stays in the process for the next update (`host_memory.retain_freed_memory`).
     """
+    host_memory.retain_freed_memory()
     # The time budget counts start-up and evaluations too.
     deadline = time.monotonic() + config.train_minutes * 60 if config.train_minutes else None
     hp = hparams_lib.validate(hp)
