@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from t2t_lite import hparams
 from t2t_lite.training import run_dir, trainer
+from t2t_lite.training.progress import Progress
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
 
@@ -86,6 +87,19 @@ def test_progress_lines_show_step_loss_rate_and_eta(finished_run):
     progress = [line for line in lines if line.startswith("step ")]
     assert len(progress) == 3
     assert all("loss" in line and "tok/s" in line and "ETA" in line for line in progress)
+
+
+def test_eta_is_the_sooner_of_the_step_and_time_budgets(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    lines = []
+    # 10 steps in 10 s: 990 steps left take 990 s (16m30s); a budget ending in 60 s is sooner.
+    by_steps = Progress(1000, 0, lines.append)
+    by_time = Progress(1000, 0, lines.append, deadline=1070.0)
+    clock[0] = 1010.0
+    by_steps.report(10, {})
+    by_time.report(10, {})
+    assert lines[0].endswith("ETA 16m30s") and lines[1].endswith("ETA 1m00s")
 
 
 def test_default_on_cpu_is_one_traced_step_without_xla(finished_run):

@@ -23,12 +23,15 @@ class Progress:
         total_steps: the step at which training ends.
         start_step: the step training starts (or resumes) at.
         printer: where lines go (print by default).
+        deadline: `time.monotonic()` value at which a time budget ends training, or None;
+            the ETA is then the sooner of the two ends.
     """
 
-    def __init__(self, total_steps: int, start_step: int, printer=print):
+    def __init__(self, total_steps: int, start_step: int, printer=print, deadline=None):
         self.total_steps = total_steps
         self.start_step = start_step
         self.printer = printer
+        self.deadline = deadline
         self._time = time.monotonic()
         self._step = start_step
         self._tokens = 0.0
@@ -44,6 +47,8 @@ class Progress:
         rate = float(self._tokens) / elapsed
         steps_per_second = (step - self._step) / elapsed
         left = (self.total_steps - step) / steps_per_second if steps_per_second > 0 else 0.0
+        if self.deadline is not None:
+            left = min(left, self.deadline - now) if steps_per_second > 0 else self.deadline - now
         parts = [f"step {step}/{self.total_steps}"]
         parts += [f"{name} {value:.4g}" for name, value in values.items()]
         parts += [f"{rate:,.0f} tok/s", f"ETA {format_duration(left)}"]

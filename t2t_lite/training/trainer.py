@@ -263,7 +263,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     )
 
     step = int(optimizer.iterations.numpy())
-    progress = Progress(config.train_steps, step, printer)
+    progress = Progress(config.train_steps, step, printer, deadline=deadline)
     every_steps = (config.log_every, config.save_every, config.eval_every)
     first = True
     metrics = {}
