@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import keras
 import pytest
 import tensorflow as tf
 
-from t2t_lite import hparams
+from t2t_lite import hparams, problems
+from t2t_lite.layers import feed_forward
 from t2t_lite.training import run_dir, trainer
 from t2t_lite.training.progress import Progress
 
@@ -272,3 +274,22 @@ def test_time_budget_stops_saves_and_evaluates(tmp_path):
     assert "time budget of 1e-06 minutes reached at step 1" in lines
     assert tf.train.latest_checkpoint(str(tmp_path / "budget")).endswith("ckpt-1")
     assert any(line.startswith("eval step 1:") for line in lines) and "accuracy" in metrics
+
+
+def test_resuming_from_a_checkpoint_of_another_layout_is_a_clear_error(tmp_path, monkeypatch):
+    # A checkpoint whose FFN first-layer kernels are [D, d_ff], as releases before the
+    # transposed [d_ff, D] layout wrote them: the same names, other shapes.
+    output_dir = tmp_path / "run"
+    hp = _hp()
+    trainer.train_and_evaluate(_config(output_dir, train_steps=2), hp, printer=lambda _: None)
+    with monkeypatch.context() as patch:
+        patch.setattr(feed_forward, "TransposedDense", keras.layers.Dense)
+        model, optimizer = trainer.build_model_and_optimizer(
+            hp, problems.get("algorithmic_copy"), "", tf.distribute.get_strategy()
+        )
+    kernel = model.encoder_layers[0].feed_forward.filter_dense.kernel
+    assert tuple(kernel.shape) == (hp.hidden_size, hp.filter_size)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    tf.train.CheckpointManager(checkpoint, str(output_dir), 5).save(checkpoint_number=3)
+    with pytest.raises(run_dir.RunDirError, match=r"cannot resume from .*ckpt-3.*new --output_dir"):
+        trainer.train_and_evaluate(_config(output_dir, train_steps=4), hp, printer=lambda _: None)

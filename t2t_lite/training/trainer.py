@@ -212,7 +212,14 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     # Every worker resumes from the chief's newest checkpoint (they hold the same weights).
     latest = tf.train.latest_checkpoint(config.output_dir)
     if latest:
-        checkpoint.restore(latest).assert_existing_objects_matched()
+        try:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            raise run_dir.RunDirError(
+                f"cannot resume from {latest}: it does not fit the model these hparams build "
+                f"({str(error).splitlines()[0][:300]}); it may come from another t2t_lite "
+                "release. Train into a new --output_dir."
+            ) from None
         printer(f"resumed from {latest} at step {int(optimizer.iterations.numpy())}")
     if is_chief:
         run_dir.write_run_files(
