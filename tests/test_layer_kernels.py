@@ -112,6 +112,10 @@ def test_dropout_inference_identity_fresh_masks_and_fallbacks():
     np.testing.assert_array_equal(np.asarray(Dropout(0.0)(x, training=True)), x)
     odd = np.asarray(Dropout(0.5, seed=4)(_randn(4, 7, seed=10), training=True))  # Keras's mask
     assert 0 < (odd == 0).mean() < 1
+    # A rate that rounds to 65536/65536 is Keras's dropout (it would divide by zero here).
+    np.testing.assert_array_less(
+        np.abs(np.asarray(Dropout(0.999999, seed=5)(x, training=True))), np.abs(x) * 1e6 + 1
+    )
     assert Dropout.from_config(layer.get_config()).get_config() == layer.get_config()
 
 

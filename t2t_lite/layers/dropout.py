@@ -21,17 +21,21 @@ class Dropout(keras.layers.Dropout):
     forward and backward together).
 
     The seed generator, config and checkpointed state are those of
-    `keras.layers.Dropout`; `noise_shape` or an odd last dimension falls back to its
-    mask.
+    `keras.layers.Dropout`; `noise_shape`, an odd last dimension, or a rate that rounds
+    to 0 or 1 in 1/65536 falls back to its mask.
     """
 
     def call(self, inputs, training=False):
         width = inputs.shape[-1]
-        if not training or self.rate <= 0 or self.noise_shape is not None or width is None:
-            return super().call(inputs, training=training)
-        if self.rate >= 1 or width % 2:
-            return super().call(inputs, training=training)
         threshold = round(self.rate * _LEVELS)
+        if (
+            not training
+            or not 0 < threshold < _LEVELS
+            or self.noise_shape is not None
+            or width is None
+            or width % 2
+        ):
+            return super().call(inputs, training=training)
         shape = ops.shape(inputs)
         bits = keras.random.randint(
             (*shape[:-1], width // 2), -(2**31), 2**31 - 1, dtype="int32", seed=self.seed_generator
