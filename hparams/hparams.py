@@ -15,7 +15,8 @@ import typing
 class HParams:
     """Model and optimisation settings of one Transformer (paper, Table 3 names in comments).
 
-    Defaults are transformer_base of the paper.
+    Defaults are the paper's base model; the `transformer_base` set adds its
+    ~25,000-token update (`effective_batch_tokens`), which defaults to 0 here.
     """
 
     # Architecture.
@@ -46,7 +47,8 @@ class HParams:
     min_length_bucket: int = 8
     length_bucket_step: float = 1.1
     # Target tokens per optimizer update over all replicas and accumulation steps;
-    # 0 means one batch per replica per update. The paper: ~25,000.
+    # 0 means one batch per replica per update. The paper's sets (transformer_base,
+    # transformer_big, transformer_big_enfr) set ~25,000 (section 5.1).
     effective_batch_tokens: int = 0
     # Numerics: "float32", "mixed_bfloat16" or "mixed_float16".
     dtype_policy: str = "float32"
@@ -78,7 +80,12 @@ class HParams:
         return {name: getattr(self, name) for name in names}
 
 
-def _parse_value(key: str, text: str, kind: type):
+def _valid_keys(types: dict) -> str:
+    """'key (type), key (type), ...' for every field, sorted by key."""
+    return ", ".join(f"{key} ({types[key].__name__})" for key in sorted(types))
+
+
+def _parse_value(key: str, text: str, kind: type, types: dict):
     text = text.strip()
     if kind is bool:
         lowered = text.lower()
@@ -86,26 +93,25 @@ def _parse_value(key: str, text: str, kind: type):
             return True
         if lowered in ("false", "0", "no"):
             return False
-        raise ValueError(f"hparam {key!r} is a bool; got {text!r} (use true or false)")
-    if kind is int:
+        problem = f"hparam {key!r} is a bool; got {text!r} (use true or false)"
+    elif kind in (int, float):
         try:
-            return int(text)
+            return kind(text)
         except ValueError:
-            raise ValueError(f"hparam {key!r} is an int; got {text!r}") from None
-    if kind is float:
-        try:
-            return float(text)
-        except ValueError:
-            raise ValueError(f"hparam {key!r} is a float; got {text!r}") from None
-    return text
+            article = "an" if kind is int else "a"
+            problem = f"hparam {key!r} is {article} {kind.__name__}; got {text!r}"
+    else:
+        return text
+    raise ValueError(f"{problem}; valid keys: {_valid_keys(types)}")
 
 
 def override(hp: HParams, spec: str) -> HParams:
     """Returns `hp` with the `k=v,k=v` pairs of `spec` applied.
 
     Raises:
-        ValueError: naming the key when it is unknown (listing the valid keys), when a
-            value does not parse as the field's type, or when a pair has no `=`.
+        ValueError: naming the key when it is unknown or its value does not parse as
+            the field's type (both list the valid keys with their types), or when a pair
+            has no `=`.
     """
     if not spec or not spec.strip():
         return hp
@@ -119,8 +125,8 @@ def override(hp: HParams, spec: str) -> HParams:
         key, value = pair.split("=", 1)
         key = key.strip()
         if key not in types:
-            raise ValueError(f"unknown hparam {key!r}; valid keys: {', '.join(sorted(types))}")
-        changes[key] = _parse_value(key, value, types[key])
+            raise ValueError(f"unknown hparam {key!r}; valid keys: {_valid_keys(types)}")
+        changes[key] = _parse_value(key, value, types[key], types)
     return validate(dataclasses.replace(hp, **changes))
 
 
@@ -146,6 +152,11 @@ def validate(hp: HParams) -> HParams:
         raise ValueError(
             f"max_length {hp.max_length} exceeds max_position {hp.max_position} "
             "of the learned position table"
+        )
+    if hp.effective_batch_tokens < 0:
+        raise ValueError(
+            f"effective_batch_tokens must be >= 0 (0 = one batch per update), "
+            f"got {hp.effective_batch_tokens}"
         )
     if hp.batch_size < hp.min_length_bucket:
         raise ValueError(f"batch_size {hp.batch_size} tokens is below one shortest bucket")

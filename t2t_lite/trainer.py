@@ -8,7 +8,11 @@ from absl import app, flags, logging
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", "algorithmic_reverse", "Registered problem name.")
+flags.DEFINE_string(
+    "problem",
+    "algorithmic_reverse",
+    "Registered problem name (e.g. multi30k_ende), or module:ClassName of your own.",
+)
 flags.DEFINE_string("hparams_set", "transformer_tiny", "Registered hparams set name.")
 flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
 flags.DEFINE_string("data_dir", "", "Folder holding one sub-folder per problem (datagen output).")
@@ -54,7 +58,13 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from t2t_lite import hparams, problems
-    from t2t_lite.training import run_dir, trainer
+    from t2t_lite.problems.corpus import DataError
+    from t2t_lite.training import distribute, run_dir, trainer
+
+    # The errors a person can fix from the command line: flag values, the output folder,
+    # the strategy, missing or incomplete data. Anything else is a defect and keeps its
+    # traceback.
+    user_errors = (run_dir.RunDirError, distribute.StrategyError, DataError)
 
     try:
         hp = hparams.override(hparams.get(FLAGS.hparams_set), FLAGS.hparams)
@@ -82,7 +92,7 @@ def main(argv):
             eval_decode_method=FLAGS.eval_decode_method,
         )
         trainer.train_and_evaluate(config, hp)
-    except run_dir.RunDirError as error:
+    except user_errors as error:
         sys.exit(f"t2t_lite.trainer: {error}")
 
 

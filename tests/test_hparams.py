@@ -62,11 +62,53 @@ def test_override_rejects_unknown_key_listing_valid_ones():
         ("hidden_size", "not of the form key=value"),
         ("num_heads=7", "not divisible by num_heads"),
         ("dropout=1.5", "must be in"),
+        ("effective_batch_tokens=-1", "effective_batch_tokens must be >= 0"),
     ],
 )
 def test_override_rejects_bad_values(spec, message):
     with pytest.raises(ValueError, match=message):
         hparams.override(hparams.get("transformer_base"), spec)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("hidden_size=big", "hparam 'hidden_size' is an int; got 'big'; valid keys: "),
+        ("dropout=lots", "hparam 'dropout' is a float; got 'lots'; valid keys: "),
+        (
+            "normalize_first=maybe",
+            "hparam 'normalize_first' is a bool; got 'maybe' (use true or false); valid keys: ",
+        ),
+    ],
+)
+def test_wrong_type_lists_the_valid_keys_with_their_types(spec, message):
+    with pytest.raises(ValueError) as error:
+        hparams.override(hparams.get("transformer_base"), spec)
+    text = str(error.value)
+    assert text.startswith(message)
+    listed = text.split("; valid keys: ", 1)[1]
+    for key, kind in [("batch_size", "int"), ("dropout", "float"), ("normalize_first", "bool")]:
+        assert f"{key} ({kind})" in listed
+    assert "position_encoding (str)" in listed
+    assert listed.count(" (") == len(dataclasses.fields(hparams.HParams))
+
+
+def test_paper_sets_update_on_25000_tokens_and_small_sets_on_one_batch():
+    # Section 5.1: batches of "approximately 25000 source tokens and 25000 target tokens".
+    for name in ("transformer_base", "transformer_big", "transformer_big_enfr"):
+        assert hparams.get(name).effective_batch_tokens == 25000, name
+    # Sets for one small device or a CPU keep one batch per update: accumulating to
+    # 25,000 tokens would make their steps many times slower.
+    small = (
+        "transformer_base_single_gpu",
+        "transformer_big_single_gpu",
+        "transformer_small",
+        "transformer_tiny",
+        "transformer_multi30k",
+        "transformer_parsing_small",
+    )
+    for name in small:
+        assert hparams.get(name).effective_batch_tokens == 0, name
 
 
 def test_unknown_set_lists_known_sets():

@@ -62,7 +62,7 @@ def test_recipe_runs_at_toy_scale(recipe, target, steps, num_last, tmp_path, sha
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     # The step size: 1,024 tokens per update from 512-token batches = 2 accumulated batches.
-    assert "x 2 accumulated = 1,024 tokens per update" in result.stdout
+    assert "x 2 accumulated = 1,024 effective tokens per update" in result.stdout
     averaging = json.loads((run_dir / "averaged" / "averaging.json").read_text())
     assert len(averaging["sources"]) == num_last
     assert tf.train.latest_checkpoint(str(run_dir / "averaged")).endswith(f"ckpt-{steps}")

@@ -2,6 +2,7 @@
 
 import glob
 import json
+import math
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ from t2t_lite import hparams, problems
 from t2t_lite.layers import feed_forward
 from t2t_lite.training import run_dir, trainer
 from t2t_lite.training.progress import Progress
+from t2t_lite.training.schedule import TransformerSchedule
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
 
@@ -32,9 +34,9 @@ def _config(output_dir, **overrides):
         train_steps=6,
         eval_steps=2,
         eval_every=3,
-        save_every=3,
+        save_every=2,
         log_every=2,
-        keep_checkpoints=5,
+        keep_checkpoints=2,
     )
     values.update(overrides)
     return trainer.RunConfig(**values)
@@ -48,6 +50,17 @@ def _events(folder):
             for value in event.summary.value:
                 tags.setdefault(value.tag, []).append(event.step)
     return tags
+
+
+def _event_values(folder, tag):
+    """{step: value} of the scalar `tag` in the TensorBoard event files in `folder`."""
+    values = {}
+    for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    values[event.step] = float(tf.make_ndarray(value.tensor))
+    return values
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +86,54 @@ def test_run_writes_checkpoints_hparams_and_manifest(finished_run):
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["perplexity"] >= 1.0
 
 
+def test_only_the_last_keep_checkpoints_remain(finished_run):
+    # Saved at steps 2, 4 and 6 with keep_checkpoints=2: step 2 is gone from disk and index.
+    output_dir, _, _ = finished_run
+    on_disk = sorted(os.path.basename(p) for p in glob.glob(str(output_dir / "ckpt-*.index")))
+    assert on_disk == ["ckpt-4.index", "ckpt-6.index"]
+    state = tf.train.get_checkpoint_state(str(output_dir))
+    listed = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+    assert listed == ["ckpt-4", "ckpt-6"]
+
+
+def test_logged_learning_rate_is_the_one_each_update_used(finished_run):
+    # transformer_tiny: d_model 32 (TINY), warmup 400, scale 0.5. Keras evaluates the
+    # schedule at the number of updates made before, so update n applies eq. 3 at n - 1,
+    # and the schedule takes step 0 as step 1.
+    output_dir, _, _ = finished_run
+    logged = _event_values(output_dir / "train", "lr")
+    assert sorted(logged) == [2, 4, 6]
+    for step, rate in logged.items():
+        used = max(step - 1, 1)
+        by_hand = 0.5 * 32**-0.5 * min(used**-0.5, used * 400**-1.5)
+        assert rate == pytest.approx(by_hand, rel=1e-6), step
+        assert rate == pytest.approx(float(TransformerSchedule(32, 400, 0.5)(step - 1)))
+
+
+def test_accumulation_reaches_the_papers_25000_tokens_per_update():
+    # Section 5.1: ~25,000 target tokens per update. batch_size 4,096 tokens per replica:
+    # one replica accumulates ceil(25000 / 4096) = 7 batches, eight replicas need one.
+    for name in ("transformer_base", "transformer_big", "transformer_big_enfr"):
+        hp = hparams.get(name)
+        assert (hp.batch_size, hp.effective_batch_tokens) == (4096, 25000), name
+        assert trainer.accumulation_steps(hp, 1) == math.ceil(25000 / 4096) == 7
+        assert trainer.accumulation_steps(hp, 8) == 1
+    assert trainer.accumulation_steps(hparams.get("transformer_base"), 2) == 4  # ceil(3.05)
+    assert trainer.accumulation_steps(hparams.get("transformer_tiny"), 1) == 1
+
+
+def test_start_up_line_shows_replica_global_and_effective_tokens(tmp_path):
+    # 600 tokens per update from 256-token batches on one replica: 3 accumulated batches.
+    lines = []
+    config = _config(tmp_path, train_steps=1, eval_steps=1)
+    trainer.train_and_evaluate(config, _hp("effective_batch_tokens=600"), printer=lines.append)
+    assert (
+        "batching: 256 tokens per replica x 1 replicas = 256 global tokens per batch; "
+        "x 3 accumulated = 768 effective tokens per update (effective_batch_tokens 600)"
+    ) in lines
+    assert json.loads((tmp_path / "manifest.json").read_text())["accumulation_steps"] == 3
+
+
 def test_tensorboard_events_have_tags_and_steps(finished_run):
     output_dir, _, _ = finished_run
     train = _events(output_dir / "train")
@@ -85,7 +146,11 @@ def test_tensorboard_events_have_tags_and_steps(finished_run):
 
 def test_progress_lines_show_step_loss_rate_and_eta(finished_run):
     _, lines, _ = finished_run
-    assert any(line.startswith("batching: 256 tokens per replica x 1 replicas") for line in lines)
+    assert (
+        "batching: 256 tokens per replica x 1 replicas = 256 global tokens per batch; x 1 "
+        "accumulated = 256 effective tokens per update (effective_batch_tokens 0: one batch "
+        "per update)"
+    ) in lines
     progress = [line for line in lines if line.startswith("step ")]
     assert len(progress) == 3
     assert all("loss" in line and "tok/s" in line and "ETA" in line for line in progress)
@@ -173,7 +238,11 @@ def test_rerun_resumes_at_the_saved_step(finished_run, tmp_path):
     saved = tf.train.load_checkpoint(str(copy))
     lines = []
     trainer.train_and_evaluate(_config(copy, train_steps=8), _hp(), printer=lines.append)
-    assert any("resumed from" in line and "at step 6" in line for line in lines)
+    resumed_line = next(line for line in lines if line.startswith("resumed from"))
+    assert resumed_line.endswith(
+        f"at step 6; training data shuffled with seed {trainer.data_seed(1, 6)} "
+        "(from seed 1 and step 6)"
+    )
     assert [line.split()[1] for line in lines if line.startswith("step ")] == ["8/8"]
     resumed = tf.train.load_checkpoint(str(copy))
     key = next(
@@ -182,6 +251,56 @@ def test_rerun_resumes_at_the_saved_step(finished_run, tmp_path):
         if "token_embedding" in k and k.endswith("VARIABLE_VALUE") and "optimizer" not in k
     )
     assert not (saved.get_tensor(key) == resumed.get_tensor(key)).all()
+
+
+def test_resume_restores_the_step_and_adam_moments_of_the_checkpoint(finished_run):
+    output_dir, _, _ = finished_run
+    hp = _hp()
+    strategy = tf.distribute.get_strategy()
+    model, optimizer = trainer.build_model_and_optimizer(
+        hp, problems.get("algorithmic_copy"), "", strategy
+    )
+    checkpoint, _ = trainer.checkpoint_manager(model, optimizer, str(output_dir), 2)
+    assert trainer.restore_latest(checkpoint, str(output_dir)).endswith("ckpt-6")
+    # Read back with TensorFlow's checkpoint reader: Keras's Adam tracks its variables as
+    # `_variables`: [iteration, then momentum and velocity of each trainable variable].
+    reader = tf.train.load_checkpoint(str(output_dir))
+    assert reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE") == 6
+    assert int(optimizer.iterations.numpy()) == 6
+    slots = optimizer.variables[1:]
+    assert len(slots) == 2 * len(model.trainable_variables)
+    for index, slot in enumerate(slots, start=1):
+        assert slot.path.endswith(("_momentum", "_velocity")), slot.path
+        stored = reader.get_tensor(f"optimizer/_variables/{index}/.ATTRIBUTES/VARIABLE_VALUE")
+        assert stored.shape == tuple(slot.shape)
+        assert (slot.numpy() == stored).all(), slot.path
+    # The moments are those of 6 updates, not the zeros Adam starts from.
+    assert all(abs(reader.get_tensor(f"optimizer/_variables/{i}/.ATTRIBUTES/VARIABLE_VALUE")).max()
+               > 0 for i in (1, 2))  # fmt: skip
+
+
+def test_resumed_run_shuffles_afresh_and_reproducibly(tmp_path):
+    # The first batch of a run resumed at step 6 is not the first batch of a run from
+    # scratch with the same seed; two resumes at step 6 agree; from scratch, the order is
+    # the seed's own, as before resuming existed.
+    hp, problem = _hp(), problems.get("algorithmic_copy")
+    config, strategy = _config(tmp_path), tf.distribute.get_strategy()
+
+    def first_batch(start_step):
+        keras.utils.set_random_seed(config.seed)  # as train_and_evaluate does
+        data = trainer.train_data(problem, config, hp, strategy, start_step, pad_to_bucket=False)
+        return {key: value.numpy() for key, value in next(iter(data)).items()}
+
+    def same(a, b):
+        return all(a[k].shape == b[k].shape and (a[k] == b[k]).all() for k in a)
+
+    fresh, resumed, again = first_batch(0), first_batch(6), first_batch(6)
+    keras.utils.set_random_seed(config.seed)
+    plain = next(iter(problem.dataset("train", "", hp, seed=config.seed)))
+    assert same(fresh, {key: value.numpy() for key, value in plain.items()})
+    assert not same(fresh, resumed)
+    assert same(resumed, again)
+    assert trainer.data_seed(1, 0) == 1 and trainer.data_seed(1, 6) != trainer.data_seed(1, 7)
 
 
 def test_resume_with_other_model_hparams_is_refused(finished_run):
@@ -222,6 +341,61 @@ def test_command_line_errors_are_one_clear_line(args, message, tmp_path):
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# TensorFlow's C++ runtime logs to stderr on import, whatever the command line says.
+_RUNTIME_LOG = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\)|[IWEF]\d{4} \d\d:\d\d:\d\d"
+)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--save_every=0"], "--save_every=0: must be >= 1 (steps between checkpoints)"),
+        (
+            ["--problem=multi30k_ende", "--data_dir={empty}"],
+            "{empty}/multi30k_ende/metadata.json: not found",
+        ),
+    ],
+)
+def test_user_errors_end_as_one_line_without_traceback(args, message, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [arg.format(empty=empty) for arg in args]
+    result = _cli(f"--output_dir={tmp_path / 'out'}", f"--hparams={TINY}", *args)
+    assert result.returncode == 1
+    ours = [line for line in result.stderr.splitlines() if not _RUNTIME_LOG.match(line)]
+    assert len(ours) == 1, result.stderr[-3000:]
+    assert ours[0].startswith("t2t_lite.trainer: ") and message.format(empty=empty) in ours[0]
+
+
+@pytest.mark.parametrize(
+    "field, value, allowed",
+    [
+        ("save_every", 0, ">= 1"),
+        ("eval_every", 0, ">= 1"),
+        ("log_every", -5, ">= 1"),
+        ("keep_checkpoints", 0, ">= 1"),
+        ("train_steps", -1, ">= 0"),
+        ("train_minutes", -0.5, ">= 0"),
+        ("eval_steps", -1, ">= 0"),
+        ("cpu_replicas", 0, ">= 1"),
+        ("eval_bleu_sentences", -1, ">= 0"),
+        ("num_gpus", -1, ">= 0"),
+        ("eval_decode_method", "sample", "beam or greedy"),
+    ],
+)
+def test_run_config_refuses_values_that_cannot_work(field, value, allowed, tmp_path):
+    with pytest.raises(
+        run_dir.RunDirError, match=re.escape(f"--{field}={value}: must be {allowed}")
+    ):
+        _config(tmp_path, **{field: value})
+    config = _config(tmp_path)
+    setattr(config, field, value)  # changed after construction: refused before any work
+    with pytest.raises(run_dir.RunDirError, match=re.escape(f"--{field}={value}")):
+        trainer.train_and_evaluate(config, _hp())
+    assert not (tmp_path / "hparams.json").exists()
 
 
 def test_sigkill_loses_only_unsaved_steps(tmp_path):

@@ -22,6 +22,10 @@ import tensorflow as tf
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 
 
+class StrategyError(ValueError):
+    """The strategy the flags ask for cannot be set up here; the message says what to change."""
+
+
 def _has_cluster() -> bool:
     config = os.environ.get("TF_CONFIG")
     if not config:
@@ -29,7 +33,7 @@ def _has_cluster() -> bool:
     try:
         cluster = json.loads(config).get("cluster", {})
     except json.JSONDecodeError as error:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from None
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {error}") from None
     return sum(len(tasks) for tasks in cluster.values()) > 1
 
 
@@ -45,7 +49,7 @@ def split_cpu(replicas: int) -> list:
         pass
     devices = [device.name for device in tf.config.list_logical_devices("CPU")]
     if len(devices) < replicas:
-        raise RuntimeError(
+        raise StrategyError(
             f"asked for {replicas} CPU replicas but TensorFlow was initialised with "
             f"{len(devices)} CPU devices; choose cpu_replicas before any TensorFlow work"
         )
@@ -54,13 +58,13 @@ def split_cpu(replicas: int) -> list:
 
 def _check_flags(name: str, num_gpus: int | None, cpu_replicas: int) -> None:
     if name not in STRATEGIES:
-        raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+        raise StrategyError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     # Physical devices can be listed without starting the runtime (see module docstring).
     physical_gpus = len(tf.config.list_physical_devices("GPU"))
     if num_gpus is not None and num_gpus > physical_gpus:
-        raise ValueError(f"--num_gpus={num_gpus} but only {physical_gpus} GPUs are visible")
+        raise StrategyError(f"--num_gpus={num_gpus} but only {physical_gpus} GPUs are visible")
     if cpu_replicas > 1 and name in ("one_device", "multi_worker", "tpu"):
-        raise ValueError(
+        raise StrategyError(
             f"--cpu_replicas={cpu_replicas} splits one machine's CPU for the mirrored "
             f"strategy; it contradicts --strategy={name} (drop one of the two flags)"
         )
@@ -74,7 +78,7 @@ def _limit_gpus(num_gpus: int | None) -> None:
     try:
         tf.config.set_visible_devices(gpus[:num_gpus], "GPU")
     except RuntimeError:
-        raise RuntimeError(
+        raise StrategyError(
             "--num_gpus must be applied before TensorFlow starts; call make_strategy "
             "before any other TensorFlow work"
         ) from None
@@ -86,8 +90,10 @@ def make_strategy(
     """Returns the tf.distribute strategy that `name` describes (see module docstring).
 
     Raises:
-        ValueError: for an unknown name, more GPUs than are visible, or
-            `cpu_replicas` > 1 with a strategy other than "auto" or "mirrored".
+        StrategyError: for an unknown name, more GPUs than are visible,
+            `cpu_replicas` > 1 with a strategy other than "auto" or "mirrored", a
+            TF_CONFIG that is not JSON, or device settings asked for after TensorFlow
+            started.
     """
     _check_flags(name, num_gpus, cpu_replicas)
     if name == "auto" and _has_cluster():

@@ -20,7 +20,10 @@ MANIFEST_FILE = "manifest.json"
 
 
 class RunDirError(ValueError):
-    """The run cannot start as configured (output_dir, strategy); the message says why and what to do."""
+    """The run cannot start as configured (a flag's value, output_dir, strategy).
+
+    The message says why and what to do.
+    """
 
 
 def prepare(output_dir: str) -> None:

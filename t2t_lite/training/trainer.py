@@ -5,11 +5,23 @@ checkpoint of `output_dir` if there is one, then repeat {update, log every
 `log_every`, evaluate every `eval_every`, save every `save_every`} until `train_steps`
 optimizer updates have been made. Checkpoints hold the model, the optimizer (with its
 step counter, the global step) and nothing else.
+
+Data order: a run from scratch shuffles the training data with `seed`, so two such runs
+see the same batches. A run that resumes at step k shuffles with a seed derived from
+(`seed`, k) (`data_seed`): it does not replay the batches the run before it started
+with, and two resumes from the same checkpoint still see the same batches.
+
+Learning rate: Keras evaluates the schedule at the count of updates made before the
+current one, so update n (n = 1, 2, ...) uses `TransformerSchedule(n - 1)`, as in
+tensor2tensor, which reads its global step before incrementing it (the schedule takes
+step 0 as 1, so updates 1 and 2 share a rate). The `lr` logged at step n is that rate,
+the one update n applied.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import time
@@ -53,6 +65,35 @@ class RunConfig:
     eval_bleu_sentences: int = 200
     eval_decode_method: str = "beam"
 
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raises RunDirError naming the first field (flag) whose value cannot work."""
+        for name, (minimum, meaning) in _MINIMUMS.items():
+            value = getattr(self, name)
+            if value is not None and value < minimum:
+                raise run_dir.RunDirError(f"--{name}={value}: must be >= {minimum} ({meaning})")
+        if self.eval_decode_method not in ("beam", "greedy"):
+            raise run_dir.RunDirError(
+                f"--eval_decode_method={self.eval_decode_method}: must be beam or greedy"
+            )
+
+
+# RunConfig field: (smallest value that works, what the field counts).
+_MINIMUMS = {
+    "train_steps": (0, "optimizer updates in all"),
+    "train_minutes": (0, "0 = no time limit"),
+    "eval_steps": (0, "0 = the whole dev split"),
+    "eval_every": (1, "steps between evaluations"),
+    "save_every": (1, "steps between checkpoints"),
+    "keep_checkpoints": (1, "checkpoints kept on disk"),
+    "log_every": (1, "steps between progress lines"),
+    "num_gpus": (0, "GPUs to use; unset = all visible"),
+    "cpu_replicas": (1, "logical CPU devices to mirror over"),
+    "eval_bleu_sentences": (0, "0 = no BLEU during training"),
+}
+
 
 def accumulation_steps(hp, num_replicas: int) -> int:
     """Batches per replica per update so that an update sees `effective_batch_tokens`."""
@@ -61,16 +102,65 @@ def accumulation_steps(hp, num_replicas: int) -> int:
     return max(1, math.ceil(hp.effective_batch_tokens / (hp.batch_size * num_replicas)))
 
 
+def make_schedule(hp) -> TransformerSchedule:
+    """Eq. 3 with the hparams' width, warmup and scale."""
+    return TransformerSchedule(hp.hidden_size, hp.warmup_steps, hp.learning_rate)
+
+
 def build_model_and_optimizer(hp, problem, data_dir, strategy):
     """Creates the model and an Adam built on its variables, under `strategy.scope()`."""
     vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
     keras.mixed_precision.set_dtype_policy(hp.dtype_policy)
     with strategy.scope():
         model = build_transformer(hp, vocab_size, target_vocab_size)
-        schedule = TransformerSchedule(hp.hidden_size, hp.warmup_steps, hp.learning_rate)
-        optimizer = make_optimizer(hp, schedule)
+        optimizer = make_optimizer(hp, make_schedule(hp))
         optimizer.build(model.trainable_variables)
     return model, optimizer
+
+
+def data_seed(seed: int, start_step: int) -> int:
+    """The shuffling seed of a run that starts at `start_step`: `seed` itself from scratch.
+
+    A resumed run gets a seed of its own for each start step (see the module docstring).
+    """
+    if start_step == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}:{start_step}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def train_data(problem, config: RunConfig, hp, strategy, start_step: int, pad_to_bucket: bool):
+    """The distributed training batches of a run that starts at `start_step`."""
+    seed = data_seed(config.seed, start_step)
+    return strategy.distribute_datasets_from_function(
+        lambda context: problem.dataset(
+            "train",
+            config.data_dir,
+            hp,
+            seed=seed,
+            input_context=context,
+            pad_to_bucket=pad_to_bucket,
+        )
+    )
+
+
+def restore_latest(checkpoint, output_dir: str) -> str | None:
+    """Restores the newest checkpoint of `output_dir` into `checkpoint`; returns its path.
+
+    Raises:
+        RunDirError: when the checkpoint does not fit the model.
+    """
+    latest = tf.train.latest_checkpoint(output_dir)
+    if latest:
+        try:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            raise run_dir.RunDirError(
+                f"cannot resume from {latest}: it does not fit the model these hparams build "
+                f"({str(error).splitlines()[0][:300]}); it may come from another t2t_lite "
+                "release. Train into a new --output_dir."
+            ) from None
+    return latest
 
 
 def worker_dirs(strategy, output_dir: str) -> tuple:
@@ -152,10 +242,15 @@ class CompileLog:
 
 def _print_batching(hp, strategy, accumulate, printer):
     replicas = strategy.num_replicas_in_sync
+    target = (
+        f"effective_batch_tokens {hp.effective_batch_tokens:,}"
+        if hp.effective_batch_tokens
+        else "effective_batch_tokens 0: one batch per update"
+    )
     printer(
         f"batching: {hp.batch_size:,} tokens per replica x {replicas} replicas = "
-        f"{hp.batch_size * replicas:,} per batch; x {accumulate} accumulated = "
-        f"{hp.batch_size * replicas * accumulate:,} tokens per update"
+        f"{hp.batch_size * replicas:,} global tokens per batch; x {accumulate} accumulated = "
+        f"{hp.batch_size * replicas * accumulate:,} effective tokens per update ({target})"
     )
 
 
@@ -186,9 +281,16 @@ def _write_scalars(writer, step: int, values: dict) -> None:
 def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     """Trains `config.problem` with hparams `hp` and returns the last evaluation metrics.
 
-    Rerunning with the same `output_dir` resumes from its newest checkpoint. Freed host
-    memory stays in the process for the next update (`host_memory.retain_freed_memory`).
+    Rerunning with the same `output_dir` resumes from its newest checkpoint, with a
+    fresh shuffle of the training data (module docstring). Freed host memory stays in
+    the process for the next update (`host_memory.retain_freed_memory`).
+
+    Raises:
+        RunDirError: a field of `config` that cannot work, an output_dir that cannot
+            be written or resumed, or a strategy that cannot be set up here.
+        DataError: the problem's data is missing or incomplete under `data_dir`.
     """
+    config.check()
     host_memory.retain_freed_memory()
     # The time budget counts start-up and evaluations too.
     deadline = time.monotonic() + config.train_minutes * 60 if config.train_minutes else None
@@ -198,7 +300,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     run_dir.check_resume(config.output_dir, hp, config.problem)
     try:
         strategy = distribute.make_strategy(config.strategy, config.num_gpus, config.cpu_replicas)
-    except ValueError as error:
+    except ValueError as error:  # StrategyError, or a TPU resolver that finds no TPU
         raise run_dir.RunDirError(f"cannot set up the distribution strategy: {error}") from None
     keras.utils.set_random_seed(config.seed)
     accumulate = accumulation_steps(hp, strategy.num_replicas_in_sync)
@@ -210,17 +312,13 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
         model, optimizer, checkpoint_dir, config.keep_checkpoints
     )
     # Every worker resumes from the chief's newest checkpoint (they hold the same weights).
-    latest = tf.train.latest_checkpoint(config.output_dir)
+    latest = restore_latest(checkpoint, config.output_dir)
+    step = int(optimizer.iterations.numpy())
     if latest:
-        try:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as error:
-            raise run_dir.RunDirError(
-                f"cannot resume from {latest}: it does not fit the model these hparams build "
-                f"({str(error).splitlines()[0][:300]}); it may come from another t2t_lite "
-                "release. Train into a new --output_dir."
-            ) from None
-        printer(f"resumed from {latest} at step {int(optimizer.iterations.numpy())}")
+        printer(
+            f"resumed from {latest} at step {step}; training data shuffled with seed "
+            f"{data_seed(config.seed, step)} (from seed {config.seed} and step {step})"
+        )
     if is_chief:
         run_dir.write_run_files(
             config.output_dir,
@@ -237,6 +335,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
         )
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
 
+    schedule = make_schedule(hp)
     xla = use_xla(config.jit_compile, strategy)
     step_fns = TrainStep(
         model,
@@ -251,25 +350,14 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
         pipeline.bucket_boundaries(hp.min_length_bucket, hp.max_length, hp.length_bucket_step)
     )
     compile_log = CompileLog(step_fns, xla, buckets, printer)
-    train_data = strategy.distribute_datasets_from_function(
-        lambda context: problem.dataset(
-            "train",
-            config.data_dir,
-            hp,
-            seed=config.seed,
-            input_context=context,
-            pad_to_bucket=xla,
-        )
-    )
+    iterator = iter(train_data(problem, config, hp, strategy, step, pad_to_bucket=xla))
     eval_data = problem.dataset("dev", config.data_dir, hp)
-    iterator = iter(train_data)
     train_writer = tf.summary.create_file_writer(os.path.join(checkpoint_dir, "train"))
     eval_writer = tf.summary.create_file_writer(os.path.join(checkpoint_dir, "eval"))
     bleu_evaluator = bleu_eval.make_bleu_evaluator(
         model, problem, config.data_dir, config.eval_bleu_sentences, config.eval_decode_method
     )
 
-    step = int(optimizer.iterations.numpy())
     progress = Progress(config.train_steps, step, printer, deadline=deadline)
     every_steps = (config.log_every, config.save_every, config.eval_every)
     first = True
@@ -304,7 +392,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
             tokens = max(float(result["tokens"]), 1.0)
             values = {
                 "loss": float(result["loss"]) / tokens,
-                "lr": float(optimizer.learning_rate),
+                "lr": float(schedule(step - 1)),  # the rate update `step` used
                 "grad_norm": float(result["grad_norm"]),
             }
             if "loss_scale" in result:

@@ -26,7 +26,7 @@ case $problem in
   *) echo "paper_recipe.sh: no recipe for problem $problem" >&2; exit 2 ;;
 esac
 
-# Section 5.2: about 25,000 source and 25,000 target tokens per update, on any number of devices.
+# Section 5.1: about 25,000 source and 25,000 target tokens per update, on any number of devices.
 hparams="effective_batch_tokens=25000${EXTRA_HPARAMS:+,$EXTRA_HPARAMS}"
 gpu_flag=${NUM_GPUS:+--num_gpus=$NUM_GPUS}
 
