@@ -76,6 +76,7 @@ class TranslateProblem(Problem):
     # A reverse problem reads the data of `data_folder` with inputs and targets swapped.
     reverse = False
     data_folder = ""  # defaults to `name`
+    tfds_name = ""  # the TensorFlow Datasets builder of subclasses that offer one
     eval_metric = "bleu"
 
     # Where things are.
@@ -139,6 +140,7 @@ class TranslateProblem(Problem):
         *,
         vocab_size: int | None = None,
         source: str = "auto",
+        tfds_data_dir: str | None = None,
     ) -> dict:
         """Builds vocabulary, shards and metadata under `folder(data_dir)`, unless up to date.
 
@@ -147,13 +149,22 @@ class TranslateProblem(Problem):
             raw_dir: the raw text folder; defaults to `DATA_DIR/<folder>/raw`.
             vocab_size: overrides the class's `vocab_size`.
             source: "auto", "raw" or (where offered) "tfds".
+            tfds_data_dir: where TensorFlow Datasets keeps its downloads and prepared
+                data, for problems that offer the TFDS source (`tfds_name`).
 
         Returns:
             The metadata, with "status" "generated" or "up to date".
         """
         folder = self.folder(data_dir)
         os.makedirs(folder, exist_ok=True)
-        corpus = self.corpus(data_dir, raw_dir, source)
+        if tfds_data_dir is None:
+            corpus = self.corpus(data_dir, raw_dir, source)
+        elif self.tfds_name:
+            corpus = self.corpus(data_dir, raw_dir, source, tfds_data_dir=tfds_data_dir)
+        else:
+            raise ValueError(
+                f"problem {self.name} reads raw files only, so tfds_data_dir does not apply"
+            )
         settings = {
             "format_version": FORMAT_VERSION,
             "languages": [self.source_language, self.target_language],

@@ -3,7 +3,8 @@
 Dev is newstest2013 and test newstest2014, as in the paper. Two sources:
 
 * TensorFlow Datasets `wmt14_translate/de-en` and `wmt14_translate/fr-en` (downloads
-  the corpora; needs a network): used when no raw folder exists, or with `--source=tfds`.
+  the corpora; needs a network): used when no raw folder exists, or with `--source=tfds`;
+  `--tfds_data_dir` says where TFDS keeps them.
 * Plain-text files in `DATA_DIR/<folder>/raw/` (or `--raw_dir`), one sentence per line,
   line-aligned, UTF-8, optionally gzipped, named `<stem>.<language>`:
 
@@ -41,8 +42,14 @@ class Wmt14Problem(TranslateProblem):
     tfds_splits = {"train": "train", "dev": "validation", "test": "test"}
     tfds_data_dir = None  # TFDS's default (~/tensorflow_datasets)
 
-    def corpus(self, data_dir: str, raw_dir: str | None, source: str):
-        """Raw files when `raw_dir` is given or `DATA_DIR/<folder>/raw` exists, else TFDS."""
+    def corpus(
+        self, data_dir: str, raw_dir: str | None, source: str, tfds_data_dir: str | None = None
+    ):
+        """Raw files when `raw_dir` is given or `DATA_DIR/<folder>/raw` exists, else TFDS.
+
+        TFDS keeps its data in `tfds_data_dir`, else the class's `tfds_data_dir`, else its
+        own default (~/tensorflow_datasets).
+        """
         if source not in ("auto", "raw", "tfds"):
             raise ValueError(f"source must be auto, raw or tfds; got {source!r}")
         default_raw = os.path.join(self.folder(data_dir), "raw")
@@ -52,7 +59,7 @@ class Wmt14Problem(TranslateProblem):
             self.tfds_name,
             (self.source_language, self.target_language),
             self.tfds_splits,
-            self.tfds_data_dir,
+            tfds_data_dir or self.tfds_data_dir,
         )
 
 

@@ -10,7 +10,11 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", None, "Registered problem name, e.g. multi30k_ende.")
+flags.DEFINE_string(
+    "problem", None,
+    "Registered problem name, e.g. multi30k_ende, or module:ClassName of a problem of your "
+    "own (the module importable from PYTHONPATH), e.g. my_corpus:MyCorpus.",
+)  # fmt: skip
 flags.DEFINE_string("data_dir", None, "Folder holding one sub-folder per problem.")
 flags.DEFINE_string(
     "raw_dir", None, "Folder of raw parallel text files; default DATA_DIR/<problem>/raw."
@@ -19,6 +23,11 @@ flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size; default: the p
 flags.DEFINE_enum(
     "source", "auto", ["auto", "raw", "tfds"],
     "Where the corpus comes from: raw files, TensorFlow Datasets, or auto (raw files if found).",
+)  # fmt: skip
+flags.DEFINE_string(
+    "tfds_data_dir", None,
+    "Where TensorFlow Datasets keeps downloads and prepared data (TFDS source only); "
+    "default: TFDS's own (~/tensorflow_datasets).",
 )  # fmt: skip
 flags.mark_flags_as_required(["problem", "data_dir"])
 
@@ -33,13 +42,14 @@ def main(argv):
         options["vocab_size"] = FLAGS.vocab_size
     if FLAGS.source != "auto":
         options["source"] = FLAGS.source
+    if FLAGS.tfds_data_dir is not None:
+        options["tfds_data_dir"] = FLAGS.tfds_data_dir
     try:
-        metadata = problems.get(FLAGS.problem).generate_data(
-            FLAGS.data_dir, FLAGS.raw_dir, **options
-        )
+        problem = problems.get(FLAGS.problem)
+        metadata = problem.generate_data(FLAGS.data_dir, FLAGS.raw_dir, **options)
     except ValueError as error:
         sys.exit(f"t2t_lite.datagen: {error}")
-    print(f"{FLAGS.problem}: {metadata.get('status', 'done')}")
+    print(f"{problem.name}: {metadata.get('status', 'done')}")
     for split, counts in sorted(metadata.get("splits", {}).items()):
         print(
             f"  {split}: {counts['examples']:,} examples in {len(counts['shards'])} shards, "

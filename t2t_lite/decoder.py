@@ -12,7 +12,11 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", None, "Registered problem name, e.g. multi30k_ende.")
+flags.DEFINE_string(
+    "problem",
+    None,
+    "Registered problem name (e.g. multi30k_ende), or module:ClassName of your own.",
+)
 flags.DEFINE_string(
     "hparams_set", None, "Hparams set of the checkpoint; default: the run's hparams.json."
 )

@@ -13,7 +13,11 @@ from absl import app, flags, logging
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("problem", None, "Registered problem name.")
+flags.DEFINE_string(
+    "problem",
+    None,
+    "Registered problem name (e.g. multi30k_ende), or module:ClassName of your own.",
+)
 flags.DEFINE_string(
     "hparams_set", "", "Hparams set of the checkpoint; empty = the run's own hparams.json."
 )

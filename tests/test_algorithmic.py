@@ -18,8 +18,8 @@ def test_registry_lists_and_refuses():
     assert {"algorithmic_copy", "algorithmic_reverse"} <= set(problems.names())
     with pytest.raises(ValueError, match="unknown problem 'nope'; known problems: .*algorithmic"):
         problems.get("nope")
-    with pytest.raises(ValueError, match="registered twice"):
-        problems._build_registry([algorithmic.AlgorithmicCopy, algorithmic.AlgorithmicCopy])
+    with pytest.raises(ValueError, match="'algorithmic_copy' is registered already"):
+        problems.register(algorithmic.AlgorithmicCopy)
 
 
 def test_reverse_examples_are_reversed_and_end_with_eos():

@@ -1,4 +1,9 @@
-"""Length-bucketed token batches on real data (Multi30k En-Fr): budget, coverage, shapes."""
+"""Length-bucketed token batches on real data: budget, coverage, shapes.
+
+The batch properties run on two corpora of different length profiles: Multi30k En-Fr
+(short image captions) and WMT news En-De (newstest2010 + newssyscomb2009 as training
+text, about 3,000 longer news sentences).
+"""
 
 import dataclasses
 import gzip
@@ -24,31 +29,97 @@ T2T_BOUNDARIES_256 = list(range(8, 21)) + [
 HP = dataclasses.replace(hparams.get("transformer_tiny"), batch_size=1024, max_length=256)
 
 
+def encode_reference(problem, data_dir, files: dict) -> dict:
+    """{split: [(inputs, targets)]} of the raw `files` ({split: [(source, target) paths]}),
+    encoded with plain SentencePiece, independently of datagen and the pipeline."""
+    processor = spm.SentencePieceProcessor(model_file=problem.vocab_file(data_dir))
+    reference = {}
+    for split, pairs in files.items():
+        reference[split] = []
+        for paths in pairs:
+            sides = []
+            for path in paths:
+                opener = gzip.open if path.suffix == ".gz" else open
+                with opener(path, "rt", encoding="utf-8") as f:
+                    lines = f.read().split("\n")[:-1]
+                sides.append([tuple(ids) + (1,) for ids in processor.encode(lines)])
+            reference[split] += list(zip(*sides, strict=True))
+    return reference
+
+
 @pytest.fixture(scope="module")
 def enfr(tmp_path_factory, shared_data):
-    """(problem, data_dir, reference): the reference is encoded from the raw files with
-    plain SentencePiece, independently of datagen and the pipeline."""
+    """(problem, data_dir, reference) of Multi30k En-Fr."""
     data_dir = str(tmp_path_factory.mktemp("data"))
     raw = shared_data / "multi30k"
     problem = problems.get("multi30k_enfr")
     problem.generate_data(data_dir, str(raw), vocab_size=1000)
-    processor = spm.SentencePieceProcessor(model_file=problem.vocab_file(data_dir))
-    reference = {}
-    for split, stem in (("train", "train"), ("dev", "val")):
-        sides = []
-        for language in ("en", "fr"):
-            with gzip.open(raw / f"{stem}.{language}.gz", "rt", encoding="utf-8") as f:
-                lines = f.read().split("\n")[:-1]
-            sides.append([tuple(ids) + (1,) for ids in processor.encode(lines)])
-        reference[split] = list(zip(*sides))
-    return problem, data_dir, reference
+    files = {
+        split: [(raw / f"{stem}.en.gz", raw / f"{stem}.fr.gz")]
+        for split, stem in (("train", "train"), ("dev", "val"))
+    }
+    return problem, data_dir, encode_reference(problem, data_dir, files)
+
+
+WMT_TRAIN = ("newstest2010", "newssyscomb2009")  # 2,489 + 502 pairs
+
+
+@pytest.fixture(scope="module")
+def wmt_news(tmp_path_factory, shared_data):
+    """(problem, data_dir, reference) of wmt14_ende built from real news files.
+
+    Train: two older news test sets; dev: newstest2013; test: newstest2012 in the place
+    of newstest2014, which is not among the shared files.
+    """
+    data_dir = tmp_path_factory.mktemp("wmt_data")
+    raw = data_dir / "raw"
+    raw.mkdir()
+    news = shared_data / "wmt_news_2008_2012"
+    links = {f"newstest2014.{lang}": news / f"newstest2012.en-de.{lang}" for lang in ("en", "de")}
+    for language in ("en", "de"):
+        links[f"newstest2013.{language}"] = (
+            shared_data / "wmt13_newstest2013" / f"newstest2013.{language}"
+        )
+        for stem in WMT_TRAIN:
+            links[f"{stem}.en-de.{language}"] = news / f"{stem}.en-de.{language}"
+    for name, target in links.items():
+        (raw / name).symlink_to(target)
+    problem = problems.get("wmt14_ende")
+    problem.generate_data(str(data_dir), str(raw), vocab_size=1000)
+    files = {
+        "train": [(raw / f"{stem}.en-de.en", raw / f"{stem}.en-de.de") for stem in WMT_TRAIN],
+        "dev": [(raw / "newstest2013.en", raw / "newstest2013.de")],
+    }
+    return problem, str(data_dir), encode_reference(problem, str(data_dir), files)
+
+
+def one_epoch(problem, data_dir) -> list:
+    dataset = problem.dataset("train", data_dir, HP, training=True, num_epochs=1, seed=5)
+    return list(dataset.as_numpy_iterator())
 
 
 @pytest.fixture(scope="module")
 def train_epoch(enfr):
-    problem, data_dir, _ = enfr
-    dataset = problem.dataset("train", data_dir, HP, training=True, num_epochs=1, seed=5)
-    return list(dataset.as_numpy_iterator())
+    return one_epoch(*enfr[:2])
+
+
+@pytest.fixture(scope="module")
+def wmt_news_epoch(wmt_news):
+    return one_epoch(*wmt_news[:2])
+
+
+# (corpus fixture, its training epoch fixture, training pairs in the raw files)
+CORPORA = {
+    "multi30k": ("enfr", "train_epoch", 29_000),
+    "wmt_news": ("wmt_news", "wmt_news_epoch", 2991),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CORPORA))
+def corpus(request):
+    """(problem, data_dir, reference, training epoch, training pairs) of each real corpus."""
+    data, epoch, pairs = CORPORA[request.param]
+    return (*request.getfixturevalue(data), request.getfixturevalue(epoch), pairs)
 
 
 def rows(batches) -> list:
@@ -65,25 +136,30 @@ def test_bucket_boundaries_are_tensor2tensors():
     assert pipeline.bucket_batch_sizes([8, 100, 2000], 1000) == [125, 10, 1]
 
 
-def test_tokens_per_batch_never_exceed_the_budget(enfr, train_epoch):
-    problem, data_dir, _ = enfr
+def test_tokens_per_batch_never_exceed_the_budget(corpus):
+    problem, data_dir, _, train_epoch, _ = corpus
     dev = list(problem.dataset("dev", data_dir, HP).as_numpy_iterator())
-    boundaries = set(pipeline.bucket_boundaries(8, HP.max_position, 1.1))
-    for batch in train_epoch + dev:
-        (size, source), (_, target) = batch["inputs"].shape, batch["targets"].shape
-        assert size * max(source, target) <= HP.batch_size
-        assert source in boundaries and target in boundaries, "padded to a bucket boundary"
+    # Training buckets end at max_length, evaluation's at max_position (256 is a boundary
+    # of the first list only).
+    for batches, longest in ((train_epoch, HP.max_length), (dev, HP.max_position)):
+        boundaries = set(pipeline.bucket_boundaries(8, longest, 1.1))
+        for batch in batches:
+            (size, source), (_, target) = batch["inputs"].shape, batch["targets"].shape
+            assert size * max(source, target) <= HP.batch_size
+            assert source in boundaries and target in boundaries, "padded to a bucket boundary"
 
 
-def test_evaluation_sees_every_example_once(enfr):
-    problem, data_dir, reference = enfr
+def test_evaluation_sees_every_example_once(corpus):
+    problem, data_dir, reference, _, _ = corpus
     batches = problem.dataset("dev", data_dir, HP).as_numpy_iterator()
     assert Counter(rows(batches)) == Counter(reference["dev"])
 
 
-def test_a_training_epoch_sees_every_example_once(enfr, train_epoch):
-    _, _, reference = enfr
-    assert len(rows(train_epoch)) == 29_000
+def test_a_training_epoch_sees_every_example_once(corpus):
+    _, _, reference, train_epoch, pairs = corpus
+    # No pair of either corpus is longer than max_length (WMT's longest has 244 tokens),
+    # so the epoch holds every pair of the raw files.
+    assert len(reference["train"]) == len(rows(train_epoch)) == pairs
     assert Counter(rows(train_epoch)) == Counter(reference["train"])
 
 
@@ -100,7 +176,8 @@ def test_training_drops_long_examples_and_reports_how_many(enfr, caplog):
     assert Counter(rows(dataset.as_numpy_iterator())) == Counter(kept)
 
 
-def test_length_spread_inside_a_batch_is_one_bucket(train_epoch):
+def test_length_spread_inside_a_batch_is_one_bucket(corpus):
+    train_epoch = corpus[3]
     boundaries = pipeline.bucket_boundaries(8, HP.max_length, 1.1)
     for batch in train_epoch:
         lengths = [max(len(x), len(y)) for x, y in rows([batch])]
@@ -183,11 +260,12 @@ def test_pad_to_bucket_gives_one_shape_per_bucket_with_the_same_examples(enfr, t
         longest = max(max(len(x), len(y)) for x, y in rows([batch]))
         assert length == pipeline.boundary_of(longest, boundaries)
     # Full batches have the bucket's batch size; only a bucket's last batch of the epoch
-    # is partial, so beyond one shape per bucket there is at most one more per bucket.
+    # is partial, so a bucket has at most two shapes and a partial shape occurs once.
     sizes = dict(zip(boundaries, pipeline.bucket_batch_sizes(boundaries, HP.batch_size)))
-    full = {(sizes[length], length) for (_, length) in shapes}
-    assert {shape for shape in shapes if shapes[shape] > 1} <= full
-    assert len(full) <= len(boundaries)
+    for (size, length), count in shapes.items():
+        assert size == sizes[length] or (size < sizes[length] and count == 1)
+    assert max(Counter(length for _, length in shapes).values()) <= 2
+    assert len(shapes) < len(batches), "full batches share their bucket's shape"
     # The same examples as the default padding, batched the same way.
     assert rows(batches) == rows(train_epoch)
     # Without it, inputs and targets of one batch are padded to different boundaries.

@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 
 from t2t_lite import problems
 from t2t_lite.problems import algorithmic
+from t2t_lite.problems.corpus import RawCorpus, TfdsCorpus
 from t2t_lite.problems.translate import DataError, TranslateProblem
 
 
@@ -76,9 +77,8 @@ def test_train_holds_every_pair_once_and_records_its_lengths(multi30k, shared_da
     assert got[:50] != expected[:50], "the train split is shuffled at datagen"
     split = metadata["splits"]["train"]
     assert (split["examples"], split["skipped_empty"]) == (29_000, 0)
-    assert [s["examples"] for s in split["shards"]] and sum(
-        s["examples"] for s in split["shards"]
-    ) == 29_000
+    # Example i goes to shard i mod 8: 29,000 = 8 x 3,625.
+    assert [s["examples"] for s in split["shards"]] == [3625] * 8
     assert split["source_tokens"] == sum(len(s) for s, _ in expected)
     assert split["target_tokens"] == sum(len(t) for _, t in expected)
     lengths = Counter(max(len(s), len(t)) for s, t in expected)
@@ -352,3 +352,39 @@ def test_wmt14_from_tfds_converts_every_split(tmp_path):
             assert Counter(decoded) == Counter(kept)
         else:
             assert decoded == kept
+
+
+def test_wmt14_auto_source_falls_back_to_tfds_without_a_raw_folder(tmp_path, wmt_raw):
+    problem = problems.get("wmt14_ende")
+    data_dir = str(tmp_path)
+    assert not os.path.exists(os.path.join(problem.folder(data_dir), "raw"))
+    with tfds.testing.mock_data(num_examples=30):
+        metadata = problem.generate_data(data_dir, vocab_size=300)  # source="auto"
+        builder = tfds.builder("wmt14_translate/de-en")
+        train = [
+            (e["en"].decode(), e["de"].decode())
+            for e in tfds.as_numpy(builder.as_dataset(split="train"))
+        ]
+    assert metadata["status"] == "generated"
+    assert metadata["inputs"] == {
+        "tfds": "wmt14_translate/de-en",
+        "version": str(builder.info.version),
+    }
+    kept = [pair for pair in train if pair[0].strip() and pair[1].strip()]
+    assert metadata["splits"]["train"]["examples"] == len(kept) > 0
+    # Where TFDS keeps its data is the caller's choice, else the class's (TFDS's default).
+    corpus = problem.corpus(data_dir, None, "auto", tfds_data_dir=str(tmp_path / "tfds"))
+    assert isinstance(corpus, TfdsCorpus) and corpus.data_dir == str(tmp_path / "tfds")
+    assert problem.corpus(data_dir, None, "auto").data_dir is None
+    # Once DATA_DIR/wmt14_ende/raw exists, "auto" reads it instead.
+    raw = os.path.join(problem.folder(data_dir), "raw")
+    os.symlink(wmt_raw, raw)
+    corpus = problem.corpus(data_dir, None, "auto")
+    assert isinstance(corpus, RawCorpus)
+    assert corpus.files["dev"][0].source == os.path.join(raw, "newstest2013.en")
+
+
+def test_tfds_data_dir_is_refused_by_raw_only_problems(tiny):
+    problem, data_dir, raw = tiny
+    with pytest.raises(ValueError, match="tiny_ende reads raw files only, so tfds_data_dir"):
+        problem.generate_data(data_dir, str(raw), tfds_data_dir="/tmp/tfds")
