@@ -19,6 +19,12 @@ flags.DEFINE_integer("max_batch_size", 8, "Sentences per model call; 1 turns bat
 flags.DEFINE_float("batch_wait_ms", 5.0, "Longest wait of a request for others to batch with.")
 flags.DEFINE_integer("batch_threads", 1, "Batches run side by side (one per core helps on CPU).")
 flags.DEFINE_integer("max_body_bytes", 4 << 20, "Larger request bodies are refused (413).")
+flags.DEFINE_integer(
+    "max_request_rows", 256, "Predict requests with more examples are refused (413)."
+)
+flags.DEFINE_integer(
+    "max_connections", 64, "Connections served at once (a thread each); more are refused (503)."
+)
 flags.DEFINE_float("poll_seconds", 5.0, "Look for a new version this often; 0 = never.")
 flags.DEFINE_float("request_timeout", 60.0, "Seconds a client may take to send its request.")
 flags.DEFINE_bool("access_log", False, "Log every request to stderr.")
@@ -39,6 +45,8 @@ def main(argv):
         batch_wait_ms=FLAGS.batch_wait_ms,
         batch_threads=FLAGS.batch_threads,
         max_body_bytes=FLAGS.max_body_bytes,
+        max_request_rows=FLAGS.max_request_rows,
+        max_connections=FLAGS.max_connections,
         poll_seconds=FLAGS.poll_seconds,
         request_timeout_seconds=FLAGS.request_timeout,
         access_log=FLAGS.access_log,

@@ -1,4 +1,6 @@
-"""Tests for checkpoint averaging on real checkpoints of a small Keras 3 model trained with Adam."""
+"""Checkpoint averaging on real checkpoints: a small Keras 3 model trained with Adam, and a
+t2t_lite Transformer run written by the trainer command, averaged by the averaging command
+and read back by the decoder and exporter commands."""
 
 import json
 import os
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.inference import load_trained_model
 from t2t_lite.training.averaging import (
     OBJECT_GRAPH_KEY,
     PROVENANCE_FILE,
@@ -17,6 +20,45 @@ from t2t_lite.training.averaging import (
 )
 
 NUM_SAVES = 4
+# The Transformer run: 8 steps, a checkpoint every 2 (ckpt-2 .. ckpt-8), the last 3 averaged.
+TINY_HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=16"
+TINY_STEPS, TINY_SAVE_EVERY, TINY_NUM_LAST = 8, 2, 3
+
+
+def run_module(module, *args, timeout=300):
+    """`python -m module args` with TensorFlow's C++ logging quiet; the CompletedProcess."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def trained_tiny_run(tmp_path_factory):
+    """A transformer_tiny algorithmic_reverse run of the trainer command, once per session.
+
+    Width 32 (the decoding tests' reverse run has 64), checkpoints at steps 2, 4, 6 and 8.
+    """
+    output_dir = tmp_path_factory.getbasetemp() / "algorithmic_reverse_tiny_cli_run"
+    if tf.train.latest_checkpoint(str(output_dir)) is None:
+        done = run_module(
+            "t2t_lite.trainer",
+            "--problem=algorithmic_reverse",
+            "--hparams_set=transformer_tiny",
+            f"--hparams={TINY_HPARAMS}",
+            f"--output_dir={output_dir}",
+            f"--train_steps={TINY_STEPS}",
+            f"--save_every={TINY_SAVE_EVERY}",
+            "--keep_checkpoints=10",
+            f"--eval_every={TINY_STEPS}",
+            "--eval_steps=1",
+            f"--log_every={TINY_STEPS}",
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    return output_dir
 
 
 def _model_and_optimizer(hidden: int = 8):
@@ -177,3 +219,94 @@ def test_command_line_reports_errors_without_a_traceback(run_dir, tmp_path):
     assert "avg_checkpoints: " in done.stderr and "but 20 were asked for" in done.stderr
     assert "Traceback" not in done.stderr
     assert tf.train.latest_checkpoint(str(tmp_path)) is None
+
+
+@pytest.fixture(scope="module")
+def transformer_run(tmp_path_factory):
+    """The tiny Transformer run and its last 3 checkpoints averaged by the command line."""
+    output_dir = trained_tiny_run(tmp_path_factory)
+    done = run_module(
+        "t2t_lite.avg_checkpoints", f"--output_dir={output_dir}", f"--num_last={TINY_NUM_LAST}"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return output_dir, done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_averaged_transformer_checkpoint_is_the_mean_of_the_last_three(transformer_run):
+    output_dir, prefix = transformer_run
+    saved = range(TINY_SAVE_EVERY, TINY_STEPS + 1, TINY_SAVE_EVERY)
+    assert tf.train.get_checkpoint_state(str(output_dir)).all_model_checkpoint_paths == [
+        str(output_dir / f"ckpt-{step}") for step in saved
+    ]
+    assert prefix == str(output_dir / "averaged" / f"ckpt-{TINY_STEPS}")
+    last = [str(output_dir / f"ckpt-{step}") for step in list(saved)[-TINY_NUM_LAST:]]
+
+    # Key by key, from the bundles themselves.
+    averaged = tf.train.load_checkpoint(prefix)
+    sources = [tf.train.load_checkpoint(path) for path in last]
+    dtypes = sources[-1].get_variable_to_dtype_map()
+    assert averaged.get_variable_to_shape_map() == sources[-1].get_variable_to_shape_map()
+    for key, dtype in dtypes.items():
+        if dtype.is_floating:
+            stacked = np.stack([source.get_tensor(key) for source in sources]).astype(np.float64)
+            np.testing.assert_allclose(
+                averaged.get_tensor(key), stacked.mean(axis=0), rtol=1e-6, atol=1e-12, err_msg=key
+            )
+        else:
+            np.testing.assert_array_equal(averaged.get_tensor(key), sources[-1].get_tensor(key))
+
+    # Variable by variable, through the model: every weight the averaged checkpoint restores
+    # is the mean of what the last three restore.
+    models = [load_trained_model("algorithmic_reverse", "", str(output_dir), p).model for p in last]
+    model = load_trained_model("algorithmic_reverse", "", str(output_dir), prefix).model
+    assert len(model.weights) > 50
+    moved = 0
+    for index, variable in enumerate(model.weights):
+        values = [source.weights[index].numpy() for source in models]
+        if keras.backend.is_float_dtype(variable.dtype):
+            mean = np.mean(np.stack(values).astype(np.float64), axis=0)
+            np.testing.assert_allclose(
+                variable.numpy(), mean, rtol=1e-6, atol=1e-12, err_msg=variable.path
+            )
+            moved += not np.array_equal(variable.numpy(), values[-1])
+        else:  # seed-generator states: copied from the newest
+            np.testing.assert_array_equal(variable.numpy(), values[-1])
+    # Training moved the weights between saves, so the mean is not the newest checkpoint.
+    assert moved > 0.9 * len(model.trainable_weights)
+
+
+@pytest.mark.slow
+def test_decoder_and_exporter_accept_the_averaged_checkpoint(transformer_run, tmp_path):
+    output_dir, prefix = transformer_run
+    folder = os.path.dirname(prefix)
+    (tmp_path / "in.txt").write_text("3 1 4\n2 7\n", encoding="utf-8")
+    decoded = run_module(
+        "t2t_lite.decoder",
+        "--problem=algorithmic_reverse",
+        f"--output_dir={output_dir}",
+        f"--checkpoint_path={folder}",
+        f"--decode_from_file={tmp_path / 'in.txt'}",
+        f"--decode_to_file={tmp_path / 'out.txt'}",
+        "--beam_size=2",
+    )
+    assert decoded.returncode == 0, decoded.stderr[-3000:]
+    assert f"decoding with {prefix}:" in decoded.stdout
+    lines = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 3 and lines[-1] == ""
+    assert all(token.isdigit() for line in lines[:2] for token in line.split())
+
+    exported = run_module(
+        "t2t_lite.exporter",
+        "--problem=algorithmic_reverse",
+        f"--output_dir={output_dir}",
+        f"--checkpoint_path={folder}",
+        f"--export_dir={tmp_path / 'export'}",
+        "--model_name=reverse",
+        "--ids_model_name=",
+    )
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    saved_model = tmp_path / "export" / "reverse" / "1"
+    assert f"exported version 1: {saved_model}" in exported.stdout
+    assert (saved_model / "saved_model.pb").is_file()
+    assert (saved_model / "variables" / "variables.index").is_file()

@@ -291,3 +291,50 @@ def test_bad_arguments_and_step_functions_are_explained():
 
     with pytest.raises(ValueError, match="keep their shapes"):
         beam_search(growing_cache, [PAD], 2, 3, 4, 0.0, states={"k": tf.zeros([1, 1])})
+
+
+def random_tables(rng, rows, vocab_size):
+    """Per batch row a random Markov table [V, V] whose EOS probability stays moderate."""
+    tables = rng.dirichlet(np.ones(vocab_size), size=(rows, vocab_size))
+    return list(tables)
+
+
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_each_row_searches_as_alone_with_its_own_max_length(stop_early):
+    """max_lengths: a batch gives every row exactly what a search of that row alone gives."""
+    rng = np.random.default_rng(5)
+    tables = random_tables(rng, 4, 6)
+    max_lengths = [2, 7, 4, 5]
+    ids, scores = beam_search(
+        per_row_markov_fn(tables), tf.zeros([4], tf.int32), 3, 7, 6, 0.8,
+        states={"row": tf.range(4)}, stop_early=stop_early, padded_ids=True,
+        max_lengths=tf.constant(max_lengths),
+    )  # fmt: skip
+    assert ids.shape == (4, 3, 8)
+    for row, length in enumerate(max_lengths):
+        alone_ids, alone_scores = beam_search(
+            per_row_markov_fn([tables[row]]), tf.zeros([1], tf.int32), 3, length, 6, 0.8,
+            states={"row": tf.zeros([1], tf.int32)}, stop_early=stop_early, padded_ids=True,
+        )  # fmt: skip
+        np.testing.assert_array_equal(ids[row, :, : length + 1], alone_ids[0])
+        assert not ids[row, :, length + 1 :].numpy().any()
+        np.testing.assert_allclose(scores[row], alone_scores[0], rtol=1e-6)
+    # The short row really was cut: no hypothesis of row 0 is longer than 2 tokens.
+    assert not ids[0, :, 3:].numpy().any()
+
+
+def test_rows_stopped_at_their_max_length_score_alive_hypotheses_at_that_length():
+    """A row where EOS is impossible returns alive hypotheses normalised at its own length."""
+    never_ends = np.full([4, 4], 0.5)
+    never_ends[:, [PAD, EOS]] = 0.0  # only "a" and "b", each 1/2
+    with np.errstate(divide="ignore"):
+        fn = per_row_markov_fn([never_ends, never_ends])
+    ids, scores = beam_search(
+        fn, tf.zeros([2], tf.int32), 2, 5, 4, 1.0,
+        states={"row": tf.range(2)}, padded_ids=True, max_lengths=tf.constant([2, 5]),
+    )  # fmt: skip
+    # Every alive hypothesis has log P = n log(1/2) after n tokens; lp = (5 + n) / 6.
+    np.testing.assert_allclose(scores[0], [2 * np.log(0.5) / (7 / 6)] * 2, rtol=1e-6)
+    np.testing.assert_allclose(scores[1], [5 * np.log(0.5) / (10 / 6)] * 2, rtol=1e-6)
+    assert ids[0, :, 1:3].numpy().all() and not ids[0, :, 3:].numpy().any()
+    assert ids[1, :, 1:].numpy().all()

@@ -18,7 +18,9 @@ import sys
 import numpy as np
 import pytest
 import sacrebleu
+import sacremoses
 import tensorflow as tf
+from test_averaging import run_module, trained_tiny_run
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite import hparams, problems
@@ -31,7 +33,7 @@ from t2t_lite.inference.decode import (
     read_lines,
     search_config,
 )
-from t2t_lite.training import trainer
+from t2t_lite.training import bleu_eval, trainer
 
 MULTI30K_HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,batch_size=512,max_length=32"
 BLEU_SENTENCES = 6
@@ -80,6 +82,26 @@ def reverse_input(tmp_path_factory):
     return path, lines
 
 
+def _train_multi30k(data_dir, output_dir, steps: int, every: int, method: str) -> tuple:
+    """Trains transformer_tiny on multi30k_ende to `steps`, evaluating BLEU by `method`."""
+    config = trainer.RunConfig(
+        problem="multi30k_ende",
+        output_dir=str(output_dir),
+        data_dir=str(data_dir),
+        train_steps=steps,
+        eval_steps=1,
+        eval_every=every,
+        save_every=steps,
+        log_every=every,
+        eval_bleu_sentences=BLEU_SENTENCES,
+        eval_decode_method=method,
+    )
+    hp = hparams.override(hparams.get("transformer_tiny"), MULTI30K_HPARAMS)
+    lines = []
+    metrics = trainer.train_and_evaluate(config, hp, printer=lines.append)
+    return data_dir, output_dir, lines, metrics
+
+
 @pytest.fixture(scope="module")
 def multi30k_run(tmp_path_factory, shared_data):
     """multi30k_ende: datagen with a 1,000-piece vocabulary, then 4 steps with BLEU evals."""
@@ -88,22 +110,16 @@ def multi30k_run(tmp_path_factory, shared_data):
     problems.get("multi30k_ende").generate_data(
         str(data_dir), str(shared_data / "multi30k"), vocab_size=1000
     )
-    config = trainer.RunConfig(
-        problem="multi30k_ende",
-        output_dir=str(output_dir),
-        data_dir=str(data_dir),
-        train_steps=4,
-        eval_steps=1,
-        eval_every=2,
-        save_every=4,
-        log_every=2,
-        eval_bleu_sentences=BLEU_SENTENCES,
-        eval_decode_method="greedy",
-    )
-    hp = hparams.override(hparams.get("transformer_tiny"), MULTI30K_HPARAMS)
-    lines = []
-    metrics = trainer.train_and_evaluate(config, hp, printer=lines.append)
-    return data_dir, output_dir, lines, metrics
+    return _train_multi30k(data_dir, output_dir, steps=4, every=2, method="greedy")
+
+
+@pytest.fixture(scope="module")
+def multi30k_beam_run(multi30k_run, tmp_path_factory):
+    """A copy of multi30k_run trained one step further, evaluating BLEU with beam search."""
+    data_dir, trained_dir, _, _ = multi30k_run
+    output_dir = tmp_path_factory.mktemp("multi30k_beam") / "run"
+    shutil.copytree(trained_dir, output_dir)
+    return _train_multi30k(data_dir, output_dir, steps=5, every=5, method="beam")
 
 
 @pytest.mark.slow
@@ -200,6 +216,42 @@ def test_another_hparams_set_is_one_clear_line(reverse_run, reverse_input):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("command", ["decoder", "exporter"])
+def test_a_checkpoint_of_another_model_is_one_line_without_tensorflow_warnings(
+    command, reverse_run, reverse_input, tmp_path_factory, tmp_path
+):
+    # reverse_run has hidden_size 64; the tiny run's checkpoints hidden_size 32.
+    other = trained_tiny_run(tmp_path_factory)
+    checkpoint = other / "ckpt-2"
+    if command == "decoder":
+        args = [f"--decode_from_file={reverse_input[0]}", f"--decode_to_file={tmp_path / 'out'}"]
+    else:
+        args = [f"--export_dir={tmp_path / 'export'}", "--model_name=reverse"]
+    result = run_module(
+        f"t2t_lite.{command}",
+        "--problem=algorithmic_reverse",
+        f"--output_dir={reverse_run}",
+        f"--checkpoint_path={checkpoint}",
+        *args,
+    )
+    assert result.returncode == 1
+    assert "could not be found" not in result.stderr and "Traceback" not in result.stderr
+    assert not re.search(r"^W\d{4} ", result.stderr, re.MULTILINE), result.stderr  # absl warnings
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith(
+        f"t2t_lite.{command}: checkpoint {checkpoint} does not fit a algorithmic_reverse model "
+        "with these hparams (vocab 12): "
+    )
+    # The first mismatching variables, expected (64 wide) against found (32 wide) ...
+    assert re.search(r"variables differ \(the model has \d+\), e\.g\. model/", message)
+    assert "cross_attention/key_dense/_kernel: expected [64, 4, 16], found [32, 2, 16]" in message
+    assert message.count(": expected [") == 3 and "more)" in message
+    # ... and the run folder whose hparams.json describes the checkpoint.
+    assert f"pass --output_dir={other} (and no --hparams_set)" in message
+    assert not (tmp_path / "out").exists() and not (tmp_path / "export").exists()
+
+
+@pytest.mark.slow
 def test_missing_checkpoint_and_hparams_name_the_folder(reverse_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -210,6 +262,13 @@ def test_missing_checkpoint_and_hparams_name_the_folder(reverse_run, tmp_path):
         load_trained_model("algorithmic_reverse", "", str(empty))
     with pytest.raises(RestoreError, match=r"ckpt-9 does not exist \(no .index file\)"):
         load_trained_model("algorithmic_reverse", "", str(reverse_run), str(empty / "ckpt-9"))
+    # A checkpoint whose data file was cut short (an interrupted copy).
+    newest = tf.train.latest_checkpoint(str(reverse_run))
+    shutil.copy(newest + ".index", empty / "ckpt-7.index")
+    data = open(newest + ".data-00000-of-00001", "rb").read()
+    (empty / "ckpt-7.data-00000-of-00001").write_bytes(data[: len(data) // 2])
+    with pytest.raises(RestoreError, match=r"ckpt-7 cannot be read .*files may be incomplete"):
+        load_trained_model("algorithmic_reverse", "", str(reverse_run), str(empty / "ckpt-7"))
 
 
 @pytest.mark.slow
@@ -232,7 +291,8 @@ def test_reference_file_prints_and_saves_both_labelled_bleu_scores(
     data_dir, output_dir, _, _ = multi30k_run
     raw = shared_data / "multi30k"
     sources = raw_lines(raw / "val.en.gz", 10) + ["Это предложение на русском языке.", ""]
-    references = raw_lines(raw / "val.de.gz", 10) + ["Dies ist ein russischer Satz.", ""]
+    # A hyphenated compound in the references makes the compound rule count (ref_len).
+    references = raw_lines(raw / "val.de.gz", 10) + ["Dies ist ein russisch-deutscher Satz.", ""]
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     (tmp_path / "ref.de").write_text("\n".join(references) + "\n", encoding="utf-8")
     output = tmp_path / "out.de"
@@ -258,10 +318,37 @@ def test_reference_file_prints_and_saves_both_labelled_bleu_scores(
     assert report["sacrebleu"]["score"] == pytest.approx(expected.score, abs=1e-9)
     assert report["sacrebleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert report["tokenized_bleu"]["label"].startswith("tokenized BLEU (moses tok, compound")
+    # The paper's number recomputed here: Moses tokenization with escaping (tokenizer.perl's
+    # default), tensor2tensor's compound rule (perl: s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g) and
+    # multi-bleu.perl's formula (sacreBLEU on pre-tokenized text, no smoothing).
+    moses = sacremoses.MosesTokenizer(lang="de")
+
+    def paper_tokens(line):
+        tokens = moses.tokenize(line, return_str=True, escape=True)
+        return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", tokens, flags=re.ASCII)
+
+    # What the perl one-liner prints for the tokenized line "Ein Mann mit E-Mail-Adresse .".
+    assert paper_tokens("Ein Mann mit E-Mail-Adresse.") == (
+        "Ein Mann mit E ##AT##-##AT## Mail ##AT##-##AT## Adresse ."
+    )
+    tokenized = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True)
+    expected_tokenized = tokenized.corpus_score(
+        [paper_tokens(line) for line in hypotheses], [[paper_tokens(line) for line in references]]
+    )
+    got = report["tokenized_bleu"]
+    assert got["score"] == pytest.approx(expected_tokenized.score, abs=1e-9)
+    assert got["matches"] == expected_tokenized.counts
+    assert got["totals"] == expected_tokenized.totals
+    assert (got["hyp_len"], got["ref_len"]) == (
+        expected_tokenized.sys_len,
+        expected_tokenized.ref_len,
+    )
     assert report["search"]["beam_size"] == 2 and report["num_sentences"] == 12
     printed = [line for line in result.stdout.splitlines() if "BLEU" in line]
     assert printed[0].startswith(f"sacreBLEU: {report['sacrebleu']['score']:.2f}  [nrefs:1|")
-    assert printed[1].startswith("tokenized BLEU (moses tok, compound split, multi-bleu): ")
+    assert printed[1].startswith(
+        f"tokenized BLEU (moses tok, compound split, multi-bleu): {got['score']:.2f}"
+    )
 
 
 def summaries(folder) -> dict:
@@ -311,6 +398,43 @@ def test_trainer_logs_sacrebleu_and_samples_on_a_bleu_problem(multi30k_run, shar
     )
 
 
+@pytest.mark.slow
+def test_trainer_bleu_with_beam_search_is_sacrebleu_of_the_beam_decodes(
+    multi30k_beam_run, shared_data
+):
+    data_dir, output_dir, lines, metrics = multi30k_beam_run
+    logged = summaries(output_dir / "eval")
+    bleu, samples = dict(logged["bleu"]), dict(logged["samples"])
+    assert sorted(bleu) == sorted(samples) == [2, 4, 5]  # steps 2 and 4 are the copied run's
+    raw = shared_data / "multi30k"
+    sources = raw_lines(raw / "val.en.gz", BLEU_SENTENCES)
+    references = raw_lines(raw / "val.de.gz", BLEU_SENTENCES)
+    trained = load_trained_model("multi30k_ende", str(data_dir), str(output_dir))
+    assert trained.checkpoint_path.endswith("ckpt-5")
+    # The evaluator's references and sources (dev ids decoded by the vocabulary) are the raw
+    # dev lines exactly, so the logged BLEU is scored against the reference file's text.
+    evaluator = bleu_eval.BleuEvaluator(
+        trained.model, trained.problem, str(data_dir), BLEU_SENTENCES, "beam"
+    )
+    assert evaluator.references == references and evaluator.sources == sources
+    # The problem's beam (4, alpha 0.6), decoded here from the raw source text.
+    beam = search_config(trained.problem, method="beam")
+    assert (evaluator.config.beam_size, evaluator.config.alpha) == (4, 0.6) == (
+        beam.beam_size, beam.alpha
+    )  # fmt: skip
+    decoder = Decoder(trained, str(data_dir), beam, printer=lambda line: None)
+    hypotheses = decoder.translate(sources).best
+    expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert bleu[5] == pytest.approx(expected, abs=1e-4)
+    assert metrics["bleu"] == pytest.approx(expected, abs=1e-4)
+    shown = [re.sub(r"\\(.)", r"\1", s.rsplit("**hypothesis:** ", 1)[1]) for s in samples[5]]
+    assert shown == [h or "(empty)" for h in hypotheses[:3]]
+    assert any(
+        line.startswith("eval step 5: BLEU ") and "6 dev sentences, beam 4, alpha 0.6" in line
+        for line in lines
+    )
+
+
 def test_read_lines_splits_on_newlines_only_and_names_bad_bytes(tmp_path):
     path = tmp_path / "in.txt"
     path.write_bytes("one\r\ntwo\u2028still two\n\nfour".encode() + b"\n")
@@ -347,7 +471,10 @@ def test_output_lines_never_break_line_alignment(tmp_path):
     # Byte-fallback pieces can decode to carriage returns, form feeds or U+2028.
     result = decode.DecodeResult(
         beams=[["a\rb\u2028c", "d\te"], ["", ""], ["x\ny", "z"]],
-        scores=[], warnings=[], target_tokens=0, seconds=1.0,
+        scores=[],
+        warnings=[],
+        target_tokens=0,
+        seconds=1.0,
     )
     assert result.lines() == ["a b c", "", "x y"]
     assert result.lines(return_beams=True) == ["a b c\td e", "\t", "x y\tz"]

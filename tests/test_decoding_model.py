@@ -14,6 +14,7 @@ import tensorflow as tf
 from t2t_lite import hparams
 from t2t_lite.decoding import NEG_INF, beam_search
 from t2t_lite.inference import SearchConfig, Translator, load_trained_model
+from t2t_lite.inference.translator import row_limits
 from t2t_lite.models import build_transformer
 from t2t_lite.training import trainer
 
@@ -93,6 +94,7 @@ def uncached_beam_search(model, inputs, beam_size, alpha, extra_length):
             model.vocab_size,
             alpha,
             states={"encoder_output": encoder_output, "encoder_mask": encoder_mask},
+            max_lengths=row_limits(inputs, extra_length),
         )
 
     ids, scores = search(tf.constant(inputs))
@@ -218,8 +220,10 @@ def test_beam_search_over_the_real_model_equals_brute_force(vocab_size, alpha):
         assert best_scores.numpy()[row, 0] == pytest.approx(score, rel=1e-5, abs=1e-5)
 
 
-def greedy_and_expected_beam1(model, inputs, decode_length):
+def greedy_and_expected_beam1(model, inputs, limits):
     """Greedy decoding by full decodes, and what beam 1 (alpha 0) must return.
+
+    Row b generates at most limits[b] tokens (its own length + extra, as decoded alone).
 
     Beam 1 follows the greedy path, but at every step the two best candidates are kept
     apart: when EOS is the runner-up, prefix + EOS enters the finished set. So beam 1
@@ -229,11 +233,13 @@ def greedy_and_expected_beam1(model, inputs, decode_length):
     rows = inputs.shape[0]
     prefixes = np.zeros([rows, 1], np.int32)  # [B, t + 1]: 0, then the greedy tokens
     log_p, candidates, done = np.zeros(rows), [[] for _ in range(rows)], [False] * rows
-    for _ in range(decode_length):
+    for step in range(max(limits)):
         log_probs = full_decode_log_probs(model, inputs, prefixes)[:, -1]  # [B, V]
         top2 = np.argsort(-log_probs, axis=1)[:, :2]
         for row in range(rows):
+            done[row] = done[row] or step >= limits[row]
             if done[row]:
+                top2[row, 0] = 0  # nothing more for this row
                 continue
             sequence = tuple(int(t) for t in prefixes[row, 1:])
             if EOS in top2[row]:
@@ -248,6 +254,7 @@ def greedy_and_expected_beam1(model, inputs, decode_length):
         tokens = [int(t) for t in prefixes[row, 1:]]
         if EOS in tokens:
             tokens = tokens[: tokens.index(EOS) + 1]
+        tokens = tokens[: limits[row]]
         greedy.append((log_p[row], tuple(tokens)))
         expected.append(max(candidates[row]) if candidates[row] else greedy[-1])
     return greedy, expected
@@ -261,7 +268,10 @@ def test_greedy_equals_an_independent_greedy_and_beam_1_follows_it(which, reques
         model, vocab_size = request.getfixturevalue("trained_model").model, 12
     inputs = random_inputs(np.random.default_rng(3), vocab_size, [3, 6, 1, 5])
     extra = 4
-    greedy, expected = greedy_and_expected_beam1(model, inputs, inputs.shape[1] + extra)
+    # Each row's own limit: its length with EOS, + extra (rows of 3, 6, 1, 5 symbols).
+    limits = [int((row != 0).sum()) + extra for row in inputs]
+    assert limits == [8, 11, 6, 10]
+    greedy, expected = greedy_and_expected_beam1(model, inputs, limits)
 
     ids, scores = Translator(model, SearchConfig("greedy", extra_length=extra)).search(inputs)
     beam_ids, beam_scores = Translator(
@@ -278,3 +288,59 @@ def test_greedy_equals_an_independent_greedy_and_beam_1_follows_it(which, reques
     if which == "trained":
         # A model that knows the task never prefers an early ending: greedy == beam 1.
         assert greedy == expected
+
+
+def sample_config(**kwargs):
+    return SearchConfig("sample", extra_length=5, **kwargs)
+
+
+def ranks_and_log_probs(model, inputs, ids):
+    """Per drawn token (EOS included) its rank in the uncached model's distribution at its
+    step (0 = the most probable), and per row the summed log-probability of its tokens.
+
+    `ids` is a search's [B, 1, L]; the full decode of its prefix gives every step at once.
+    """
+    log_probs = full_decode_log_probs(model, inputs, ids[:, 0, :-1])  # [B, L - 1, V]
+    ranks, sums = [], []
+    for row in range(inputs.shape[0]):
+        drawn = list(ids[row, 0, 1:])
+        end = drawn.index(EOS) + 1 if EOS in drawn else len(drawn)
+        assert not any(drawn[end:])  # padding after EOS
+        steps = [(step, token) for step, token in enumerate(drawn[:end])]
+        ranks += [int(np.sum(log_probs[row, t] > log_probs[row, t, token])) for t, token in steps]
+        sums.append(sum(log_probs[row, t, token] for t, token in steps))
+    return np.array(ranks), np.array(sums)
+
+
+@pytest.mark.slow
+def test_sampling_through_the_cached_step_of_a_trained_model(trained_model):
+    model = trained_model.model
+    lengths = np.random.default_rng(21).integers(1, 9, size=24)
+    inputs = random_inputs(np.random.default_rng(22), 12, lengths)
+
+    # top_k=1 leaves one token to draw: sampling is greedy decoding, whatever the seed.
+    greedy = Translator(model, SearchConfig("greedy", extra_length=5)).search(inputs)
+    for seed in (0, 1):
+        ids, scores = Translator(model, sample_config(top_k=1, seed=seed)).search(inputs)
+        np.testing.assert_array_equal(ids, greedy[0])
+        np.testing.assert_array_equal(scores, greedy[1])
+
+    # A seed reproduces the draws, in a new Translator (a new trace) too; another seed differs.
+    hot = sample_config(temperature=4.0, top_k=3, seed=17)
+    ids, scores = (t.numpy() for t in Translator(model, hot).search(inputs))
+    again = Translator(model, hot).search(inputs)
+    np.testing.assert_array_equal(again[0], ids)
+    np.testing.assert_array_equal(again[1], scores)
+    other = Translator(model, sample_config(temperature=4.0, top_k=3, seed=18)).search(inputs)
+    assert not np.array_equal(other[0], ids)
+
+    # Every drawn token is among the 3 best of the uncached model's distribution at its step,
+    # and the score is the model's (untempered) log-probability of the drawn tokens.
+    ranks, sums = ranks_and_log_probs(model, inputs, ids)
+    assert ranks.max() <= 2, np.bincount(ranks)
+    np.testing.assert_allclose(scores[:, 0], sums, rtol=1e-4, atol=1e-4)
+    # The check has teeth: at this temperature the runners-up are drawn often, and without
+    # the cut tokens ranked below the top 3 are drawn too.
+    assert np.mean(ranks > 0) >= 0.1, np.bincount(ranks)
+    free = Translator(model, sample_config(temperature=4.0, seed=17)).search(inputs)[0].numpy()
+    assert ranks_and_log_probs(model, inputs, free)[0].max() >= 3

@@ -30,6 +30,10 @@ TINY = (
     "warmup_steps=100,dropout=0.0,attention_dropout=0.0,relu_dropout=0.0"
 )
 BEAM, ALPHA, EXTRA = 2, 0.6, 10  # EXTRA: the problem's extra_decode_length
+# Short sentences that the (little trained) model decodes up to their own length limit,
+# batched with a much longer one: padded to its width, they must still decode as alone.
+SHORT = ["5 5", "0", "1 2 3"]
+LONG_INPUT = " ".join(str(i * 7 % 10) for i in range(40))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 # Runs in a new Python process: reloads both SavedModels and reports every output.
@@ -43,6 +47,7 @@ text, ids_only = tf.saved_model.load(args["text_dir"]), tf.saved_model.load(args
 default, options = text.signatures["serving_default"], text.signatures["translate_with_options"]
 sentences = tf.constant(args["sentences"])
 input_ids = tf.constant(np.array(args["input_ids"], np.int32))
+pair_ids = tf.constant(np.array(args["pair_ids"], np.int32))
 
 def listed(outputs):
     lists = {k: v.numpy().tolist() for k, v in outputs.items()}
@@ -63,6 +68,10 @@ out = {
     "options": listed(options(sentences=sentences, **beam_1)),
     "text_ids": listed(text.signatures["translate_ids"](input_ids=input_ids)),
     "ids_only": listed(ids_only.signatures["translate_ids"](input_ids=input_ids)),
+    "ids_options": listed(
+        ids_only.signatures["translate_ids_with_options"](input_ids=input_ids, **beam_1)),
+    "pair_text": listed(default(sentences=tf.constant(args["pair"]))),
+    "pair_ids": listed(ids_only.signatures["translate_ids"](input_ids=pair_ids)),
     "blank": listed(default(sentences=tf.constant(["", "  ", "1 2"]))),
     "bad_beam": error(lambda: options(sentences=sentences, **beam_3)),
     "bad_token": error(lambda: default(sentences=tf.constant(["1 x 2"]))),
@@ -114,14 +123,15 @@ def sentences():
     return [encoder.decode(inputs) for inputs, _ in pairs]
 
 
-def _search(run, sentences, beam_size, alpha):
+def _search(run, sentences, beam_size, alpha, checkpoint_path=None, stop_early=True):
     """In-process reference: the Translator's ids [B, K, L], scores [B, K] and best text."""
-    trained = load_trained_model(PROBLEM, "", run)
+    trained = load_trained_model(PROBLEM, "", run, checkpoint_path)
     encoder = trained.problem.encoders("")["inputs"]
     input_ids = pad_batch([encoder.encode(s) for s in sentences])
-    translator = Translator(
-        trained.model, SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=EXTRA)
+    config = SearchConfig(
+        beam_size=beam_size, alpha=alpha, extra_length=EXTRA, stop_early=stop_early
     )
+    translator = Translator(trained.model, config)
     ids, scores = (t.numpy() for t in translator.search(input_ids))
     text = [encoder.decode(strip_ids(row[0])) for row in ids]
     return input_ids, ids, scores, text
@@ -134,11 +144,14 @@ def reference(run, sentences):
 
 @pytest.fixture(scope="module")
 def fresh(exported, reference, sentences):
+    encoder = SymbolEncoder(10)
     args = {
         "text_dir": exported.text_dir,
         "ids_dir": exported.ids_dir,
         "sentences": sentences,
         "input_ids": reference[0].tolist(),
+        "pair": [*SHORT, LONG_INPUT],
+        "pair_ids": pad_batch([encoder.encode(s) for s in [*SHORT, LONG_INPUT]]).tolist(),
     }
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, json.dumps(args)],
@@ -184,11 +197,70 @@ def test_fresh_process_ids_equal_in_process_search(fresh, reference):
         np.testing.assert_array_equal(np.float32(fresh[name]["scores"]), scores)
 
 
-def test_beam_size_and_alpha_per_request(fresh, run, sentences):
-    _, _, scores, text = _search(run, sentences, beam_size=1, alpha=0.0)
+def test_beam_size_and_alpha_per_request(fresh, run, sentences, reference):
+    _, ids, scores, text = _search(run, sentences, beam_size=1, alpha=0.0)
     assert fresh["options"]["translations"] == text
     np.testing.assert_array_equal(np.float32(fresh["options"]["scores"]), scores[:, 0])
+    # translate_ids_with_options: one beam, as the in-process search with beam 1.
+    np.testing.assert_array_equal(np.array(fresh["ids_options"]["output_ids"]), ids[:, :, 1:])
+    np.testing.assert_array_equal(np.float32(fresh["ids_options"]["scores"]), scores)
+    assert np.array(fresh["ids_options"]["output_ids"]).shape[1] == 1 != reference[1].shape[1]
     assert "choose one of [1, 2]" in fresh["bad_beam"]
+
+
+@pytest.fixture(scope="module")
+def searches(run):
+    """{stop_early: search(sentences) -> (ids [B, K, L], scores [B, K])} in this process."""
+    trained = load_trained_model(PROBLEM, "", run)
+    encoder = trained.problem.encoders("")["inputs"]
+    found = {}
+    for stop_early in (True, False):
+        config = SearchConfig(
+            beam_size=BEAM, alpha=ALPHA, extra_length=EXTRA, stop_early=stop_early
+        )
+        translator = Translator(trained.model, config)
+        found[stop_early] = lambda lines, t=translator: tuple(
+            x.numpy() for x in t.search(pad_batch([encoder.encode(s) for s in lines]))
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def alone(searches):
+    """Each SHORT sentence searched on its own, with early stopping: [(ids, scores)]."""
+    return [searches[True]([s]) for s in SHORT]
+
+
+def test_a_sentence_decodes_alone_and_beside_a_longer_one_the_same(searches, alone):
+    limits = [len(s.split()) + 1 + EXTRA for s in SHORT]  # own length with EOS + extra
+    # The case that matters: alone, the model runs short sentences to their own limit (all
+    # `limit` slots of the best hypothesis hold generated ids, EOS or not).
+    reached = [np.count_nonzero(ids[0, 0, 1:]) == limit for (ids, _), limit in zip(alone, limits)]
+    assert any(reached), reached
+    # A row's search stops (freezes) when it would stop alone: every beam is exact, with or
+    # without early stopping.
+    for stop_early, beams in ((True, BEAM), (False, BEAM)):
+        ids, scores = searches[stop_early]([*SHORT, LONG_INPUT])
+        for row, sentence in enumerate(SHORT):
+            alone_ids, alone_scores = searches[stop_early]([sentence])
+            width = alone_ids.shape[2]
+            np.testing.assert_array_equal(ids[row, :beams, :width], alone_ids[0, :beams])
+            assert not ids[row, :beams, width:].any()
+            # Other padding widths may round float sums differently.
+            np.testing.assert_allclose(scores[row, :beams], alone_scores[0, :beams], rtol=1e-6)
+
+
+def test_saved_model_decodes_a_sentence_alone_and_beside_a_longer_one_the_same(fresh, alone):
+    encoder = SymbolEncoder(10)
+    for row, (alone_ids, alone_scores) in enumerate(alone):
+        best = alone_ids[0, 0, 1:]
+        assert fresh["pair_text"]["translations"][row] == encoder.decode(strip_ids(alone_ids[0, 0]))
+        got = np.array(fresh["pair_ids"]["output_ids"][row][0])
+        np.testing.assert_array_equal(got[: len(best)], best)
+        assert not got[len(best) :].any()
+        for name in ("pair_text", "pair_ids"):
+            score = np.ravel(fresh[name]["scores"][row])[0]
+            np.testing.assert_allclose(score, alone_scores[0, 0], rtol=1e-6)
 
 
 def test_blank_sentences_translate_to_blank_lines(fresh):
@@ -238,6 +310,20 @@ def test_saved_model_cli_run_translates_ids(exported, reference, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "out" / "scores.npy"), scores, rtol=1e-6)
 
 
+def test_saved_model_cli_run_translates_text(exported, reference, sentences, tmp_path):
+    """The symbol problem's text signature has core TensorFlow ops only: the CLI runs it."""
+    _, _, scores, text = reference
+    result = _cli(
+        "saved_model_cli", "run", "--dir", exported.text_dir, "--tag_set", "serve",
+        "--signature_def", "serving_default", "--input_exprs", f"sentences={json.dumps(sentences)}",
+        "--outdir", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    translations = np.load(tmp_path / "out" / "translations.npy", allow_pickle=True)
+    assert [t.decode() for t in translations] == text
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "scores.npy"), scores[:, 0], rtol=1e-6)
+
+
 @pytest.mark.slow
 def test_decoder_command_gives_the_same_text(fresh, run, sentences, tmp_path):
     source = tmp_path / "input.txt"
@@ -251,18 +337,38 @@ def test_decoder_command_gives_the_same_text(fresh, run, sentences, tmp_path):
     assert (tmp_path / "out.txt").read_text().split("\n")[:-1] == fresh["default"]["translations"]
 
 
+def _perturbed_checkpoint(run, prefix) -> str:
+    """The run's model with noise added to every weight, saved as a checkpoint; its path."""
+    trained = load_trained_model(PROBLEM, "", run)
+    rng = np.random.default_rng(5)
+    for variable in trained.model.weights:
+        value = np.asarray(variable)
+        variable.assign(value + rng.normal(0.0, 0.3, value.shape).astype(value.dtype))
+    return tf.train.Checkpoint(model=trained.model).save(prefix)
+
+
 @pytest.mark.slow
-def test_exporter_command_writes_the_next_version(exported, run):
+def test_exporter_command_writes_the_next_version(exported, run, reference, sentences, tmp_path):
+    """Version 2 comes from --checkpoint_path, not from the run's newest checkpoint."""
     base = os.path.dirname(os.path.dirname(exported.text_dir))
+    checkpoint = _perturbed_checkpoint(run, str(tmp_path / "other" / "ckpt"))
     result = _cli(
         sys.executable, "-m", "t2t_lite.exporter", f"--problem={PROBLEM}", f"--output_dir={run}",
         f"--export_dir={base}", "--model_name=rev", "--beam_size=2", "--beam_sizes=2",
-        "--ids_model_name=",
+        "--ids_model_name=", f"--checkpoint_path={checkpoint}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"exported version 2: {os.path.join(base, 'rev', '2')}" in result.stdout
+    text_dir = os.path.join(base, "rev", "2")
+    assert f"exported version 2: {text_dir}" in result.stdout
     assert sorted(os.listdir(os.path.join(base, "rev"))) == ["1", "2"]
     assert sorted(os.listdir(os.path.join(base, "rev_ids"))) == ["1"]
+    assert json.load(open(os.path.join(text_dir, METADATA_FILE)))["checkpoint"] == checkpoint
+    _, _, scores, text = _search(run, sentences, BEAM, ALPHA, checkpoint_path=checkpoint)
+    outputs = tf.saved_model.load(text_dir).signatures["serving_default"](
+        sentences=tf.constant(sentences)
+    )
+    assert [t.decode() for t in outputs["translations"].numpy()] == text != reference[3]
+    np.testing.assert_array_equal(outputs["scores"].numpy(), scores[:, 0])
 
 
 def test_exporter_command_errors_are_one_clear_line(tmp_path):
@@ -282,12 +388,24 @@ def test_model_trained_under_mirrored_strategy_exports_the_same(tmp_path, senten
     # MirroredStrategy per process, over two logical CPU devices.
     run = str(tmp_path / "mirrored")
     command = [
-        sys.executable, "-m", "t2t_lite.trainer", f"--problem={PROBLEM}", f"--hparams={TINY}",
-        f"--output_dir={run}", "--train_steps=20", "--save_every=20", "--eval_every=20",
-        "--eval_steps=1", "--strategy=mirrored", "--cpu_replicas=2",
+        sys.executable,
+        "-m",
+        "t2t_lite.trainer",
+        f"--problem={PROBLEM}",
+        f"--hparams={TINY}",
+        f"--output_dir={run}",
+        "--train_steps=20",
+        "--save_every=20",
+        "--eval_every=20",
+        "--eval_steps=1",
+        "--strategy=mirrored",
+        "--cpu_replicas=2",
     ]
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=600,
+        command,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -362,34 +480,48 @@ def _op_types(saved_model_dir) -> set:
 
 @pytest.mark.slow
 def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data):
-    """Real English sentences, tokenized and detokenized by SentencePiece inside the graph."""
+    """Real English sentences, tokenized and detokenized by SentencePiece inside the graph.
+
+    The model is one update away from its random initialisation (learning rate ~0): a
+    briefly trained model says the same few words, or nothing, for every sentence, while
+    this one gives each sentence its own long output (the input + 50 subwords of 1,000),
+    so every search step, the length limits and detokenization are compared.
+    """
     data_dir = str(tmp_path / "data")
     problem = problems.get("multi30k_ende")
     problem.generate_data(data_dir, str(shared_data / "multi30k"), vocab_size=1000)
     config = trainer.RunConfig(
         problem="multi30k_ende", data_dir=data_dir, output_dir=str(tmp_path / "run"),
-        train_steps=20, eval_steps=1, eval_every=20, save_every=20, log_every=20,
+        train_steps=1, eval_steps=1, eval_every=1, save_every=1, log_every=1,
         eval_bleu_sentences=0,
     )  # fmt: skip
-    trainer.train_and_evaluate(config, _hp(), printer=lambda line: None)
+    hp = hparams.override(_hp(), "learning_rate=1e-9")
+    trainer.train_and_evaluate(config, hp, printer=lambda line: None)
     result = export_from_run(
         "multi30k_ende", data_dir, config.output_dir, str(tmp_path / "export"), "ende",
         config=ExportConfig(beam_size=2, beam_sizes=(2,)),
     )  # fmt: skip
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
         sentences = [next(f).rstrip("\n") for _ in range(12)]
-    trained = load_trained_model("multi30k_ende", data_dir, config.output_dir)
-    decoder = decode.Decoder(
-        trained, data_dir, decode.search_config(problem, beam_size=2), 64, lambda line: None
-    )
-    expected = decoder.translate(sentences)
+    source = tmp_path / "val.en"
+    source.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+    command = _cli(
+        sys.executable, "-m", "t2t_lite.decoder", "--problem=multi30k_ende",
+        f"--data_dir={data_dir}", f"--output_dir={config.output_dir}",
+        f"--decode_from_file={source}", f"--decode_to_file={tmp_path / 'val.de'}",
+        "--beam_size=2", "--batch_size=5",
+    )  # fmt: skip
+    assert command.returncode == 0, command.stderr[-3000:]
+    expected = (tmp_path / "val.de").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(expected) == len(sentences)
+    assert len(set(expected)) == len(sentences)
+    assert sum(len(line) > 20 for line in expected) >= 10, expected
 
     args = json.dumps({"text_dir": result.text_dir, "sentences": sentences})
     fresh = _cli(sys.executable, "-c", FRESH_TRANSLATE, args)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     got = json.loads(fresh.stdout.strip().splitlines()[-1])
-    assert got["translations"] == expected.best
-    np.testing.assert_array_equal(np.float32(got["scores"]), np.float32(expected.scores)[:, 0])
+    assert got["translations"] == expected
 
     assert any(op.startswith("Sentencepiece") for op in _op_types(result.text_dir))
     assert not any(op.startswith("Sentencepiece") for op in _op_types(result.ids_dir))
@@ -402,6 +534,7 @@ def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data)
         "--outdir", str(tmp_path / "out"),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    translator = Translator(trained.model, decoder.config)
+    trained = load_trained_model("multi30k_ende", data_dir, config.output_dir)
+    translator = Translator(trained.model, decode.search_config(problem, beam_size=2))
     ids, _ = translator.search(input_ids)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_ids.npy"), ids[:, :, 1:])

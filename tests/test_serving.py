@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +35,8 @@ from t2t_lite.training import trainer
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48,warmup_steps=50"
 MAX_BODY = 65_536
+MAX_ROWS = 4  # examples per predict request on server A
+MAX_CONNECTIONS = 20  # on server A: above the 16 clients of the concurrency tests
 # Sentences of equal length: batched together, they pad to the same width as alone.
 SAME_LENGTH = [f"{a} {b} {c} 5 1 8" for a in range(3) for b in range(3) for c in range(2)]
 
@@ -130,7 +133,8 @@ def servers(model_dir, tmp_path_factory):
     shutil.copytree(model_dir, watched)
     a = _start(
         watched, served / "a.log", "--poll_seconds=0.2", "--batch_wait_ms=20",
-        f"--max_body_bytes={MAX_BODY}",
+        f"--max_body_bytes={MAX_BODY}", f"--max_request_rows={MAX_ROWS}",
+        f"--max_connections={MAX_CONNECTIONS}",
     )  # fmt: skip
     b = _start(model_dir, served / "b.log", "--max_batch_size=4", "--batch_wait_ms=600000")
     try:
@@ -180,6 +184,8 @@ def test_status_and_metadata(url):
         "version": "1",
     }
     signatures = body["metadata"]["signature_def"]["signature_def"]
+    # Without /versions/V: the served version's metadata.
+    assert call(url, "GET", "/v1/models/rev/metadata") == (200, body)
     default = signatures["serving_default"]
     assert default["method_name"] == "tensorflow/serving/predict"
     assert default["inputs"]["sentences"]["dtype"] == "DT_STRING"
@@ -225,7 +231,7 @@ def test_predict_with_options_and_ids(url, direct):
     assert len(row["output_ids"][0]) == 4 + 10  # L = S + extra_length
 
 
-LONG = " ".join(["7"] * 5000)  # 9,999 characters
+LONG = "7 " * 5000  # 10,000 characters: 5,000 symbols
 
 
 @pytest.mark.parametrize(
@@ -263,11 +269,14 @@ LONG = " ".join(["7"] * 5000)  # 9,999 characters
         ),
         ({"instances": ["1 x"]}, 400, "integers 0..9 separated by spaces"),
         ({"instances": [LONG]}, 400, "longer than this export's limit of 1013 ids"),
-        (b"x" * (MAX_BODY + 1), 413, "the limit is 65,536"),
+        (b"x" * (MAX_BODY + 1), 413, "the limit is 65,536 (the server's --max_body_bytes)"),
+        ({"instances": ["1"] * (MAX_ROWS + 1)}, 413, "the limit is 4 per request"),
+        ({"inputs": ["1"] * (MAX_ROWS + 1)}, 413, "a larger --max_request_rows"),
     ],
 )
 @pytest.mark.slow
 def test_bad_requests_get_codes_and_messages(url, body, status, message):
+    assert len(LONG) == 10_000
     got, answer = predict(url, body)
     assert (got, set(answer)) == (status, {"error"}), answer
     assert message in answer["error"]
@@ -302,6 +311,58 @@ def test_body_without_length_is_refused(url):
     response = connection.getresponse()
     assert response.status == 411 and "Content-Length" in json.loads(response.read())["error"]
     connection.close()
+
+
+def _raw_exchange(url, data: bytes, timeout=30.0) -> tuple:
+    """Sends raw bytes, reads until the server closes: (status, headers, JSON body)."""
+    parsed = urlparse(url)
+    with socket.create_connection((parsed.hostname, parsed.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        received = sock.makefile("rb").read()
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+@pytest.mark.slow
+def test_an_oversized_body_is_refused_before_it_is_read(url):
+    """The 413 comes from the Content-Length alone: 1 GiB announced, 1 KiB sent."""
+    head = (
+        "POST /v1/models/rev:predict HTTP/1.1\r\nHost: localhost\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {1 << 30}\r\n\r\n"
+    )
+    status, headers, body = _raw_exchange(url, head.encode() + b"[" * 1024)
+    assert status == 413 and headers["Connection"] == "close"
+    assert body == {
+        "error": "the body has 1,073,741,824 bytes; the limit is 65,536 (the server's "
+        "--max_body_bytes)"
+    }
+
+
+@pytest.mark.slow
+def test_connections_over_the_limit_are_refused_without_a_thread(url):
+    parsed = urlparse(url)
+    # Connections that send nothing hold a handler thread each, as slow clients do.
+    held = [
+        socket.create_connection((parsed.hostname, parsed.port), timeout=60)
+        for _ in range(MAX_CONNECTIONS)
+    ]
+    try:
+        status, headers, body = _raw_exchange(url, b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert status == 503 and headers["Connection"] == "close"
+        assert body == {
+            "error": f"the server is serving its limit of {MAX_CONNECTIONS} connections; retry "
+            "shortly, or start it with a larger --max_connections"
+        }
+        post = b'POST /v1/models/rev:predict HTTP/1.0\r\nContent-Length: 22\r\n\r\n{"instances": ["1 2"]}'
+        assert _raw_exchange(url, post)[0] == 503
+    finally:
+        for connection in held:
+            connection.close()
+    # Closed connections end their threads and free their places.
+    _wait_for(lambda: call(url, "GET", "/healthz")[0] == 200, "a free connection")
+    assert predict(url, {"instances": ["1 2"]})[0] == 200
 
 
 @pytest.mark.slow
@@ -347,7 +408,9 @@ def test_many_concurrent_clients_get_their_own_answers(url, direct):
         )
     after = _health(url)
     batches = after["batching"]["batches"] - before["batching"]["batches"]
-    assert 1 <= batches <= len(bodies) and after["batching"]["largest_batch"] <= 8
+    assert after["batching"]["requests"] - before["batching"]["requests"] == len(bodies)
+    # 16 clients at once, each request waiting 20 ms for company: requests shared calls.
+    assert batches < len(bodies) and after["batching"]["largest_batch"] <= 8
 
 
 @pytest.mark.slow

@@ -10,11 +10,16 @@ default: 4 and 0.6) four ways, in one process:
 
 * in-process cached: the `Translator` (what the decoder command, the exporter and training
   BLEU use): the encoder runs once and every step feeds one token through `decode_step`,
-  reusing the keys and values of earlier positions, so a step costs O(i) attention work at
-  position i;
+  which computes projections and feed-forward for that one position and attends over the
+  stored keys and values of earlier positions. The cache is a fixed-size buffer of the
+  maximum decode length L_max (so that shapes stay static under XLA): the step writes its
+  key and value with a select over the whole buffer and attends over all L_max slots with
+  the unwritten ones masked out, so its attention work is O(L_max) per layer at every
+  position, while the dense layers see one position;
 * in-process uncached: every step reruns the full `model.decode` on the whole prefix
-  (tensor2tensor's slow path), so step i recomputes all i positions through every layer:
-  O(i^2) per step;
+  (tensor2tensor's slow path), so step i pushes all i positions through every layer
+  (projections and feed-forward for i positions, O(i^2) self-attention work) and repeats
+  the work of every earlier step;
 * SavedModel translate_ids: the model exported by `t2t_lite.export.export_model` (the code
   of `python -m t2t_lite.exporter`, with `--beam_size` and `--alpha` as the defaults and the
   default offered beam sizes), reloaded with `tf.saved_model.load`; ids in, ids out;
@@ -54,6 +59,7 @@ from t2t_lite.decoding import beam_search
 from t2t_lite.export import ExportConfig, export_model
 from t2t_lite.inference import SearchConfig, Translator, load_trained_model, strip_ids
 from t2t_lite.inference.decode import length_batches, pad_batch, search_config
+from t2t_lite.inference.translator import row_limits
 
 CACHED = "in-process cached (Translator)"
 UNCACHED = "in-process uncached (full decode/step)"
@@ -82,6 +88,7 @@ def uncached_search(model, config: SearchConfig):
             vocab_size,
             config.alpha,
             states={"encoder_output": encoder_output, "encoder_mask": encoder_mask},
+            max_lengths=row_limits(inputs, config.extra_length),
         )
 
     return search

@@ -9,7 +9,7 @@ Loop state (`_DecodeState`), with L = decode_length + 1:
     i         [] int32          tokens generated so far; column i of `seq` is the last token.
     seq       [B, L] int32      column 0 = initial id; 0 after EOS and after column i.
     scores    [B] float32       summed model log-probabilities of the generated tokens.
-    finished  [B] bool          True once the row has produced EOS.
+    finished  [B] bool          True once the row has produced EOS or reached its maximum length.
     states    nest of [B, ...]  the caller's states as returned by the last step.
 """
 
@@ -47,6 +47,7 @@ def greedy_search(
     states: Any = None,
     eos_id: int = EOS_ID,
     padded_ids: bool = False,
+    max_lengths: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes by taking the most probable token at every step.
 
@@ -59,6 +60,8 @@ def greedy_search(
         states: optional nest of [B, ...] tensors that keep their shapes across steps.
         eos_id: the end-of-sequence id.
         padded_ids: pass the fixed-size id buffer instead of the growing prefix.
+        max_lengths: optional [B] int, row b's own maximum number of tokens (<= decode_length,
+            which then only bounds the loop), as if the row were decoded alone with it.
 
     Returns:
         (ids [B, decode_length + 1] int32, scores [B] float32): column 0 is the initial id,
@@ -73,6 +76,7 @@ def greedy_search(
         padded_ids,
         _argmax,
         "greedy_search",
+        max_lengths,
     )
 
 
@@ -86,6 +90,7 @@ def sample(
     top_k: int = 0,
     seed: int | None = None,
     padded_ids: bool = False,
+    max_lengths: tf.Tensor | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes by drawing every token from the model's (tempered, truncated) distribution.
 
@@ -103,6 +108,7 @@ def sample(
         top_k: if > 0, draw only among the k most probable tokens (ties at the k-th kept).
         seed: an int for reproducible draws, or None.
         padded_ids: pass the fixed-size id buffer instead of the growing prefix.
+        max_lengths: optional [B] int, each row's own maximum (see `greedy_search`).
 
     Returns:
         (ids [B, decode_length + 1] int32, scores [B] float32) as for `greedy_search`; scores
@@ -129,6 +135,7 @@ def sample(
         padded_ids,
         choose,
         "sample",
+        max_lengths,
     )
 
 
@@ -160,6 +167,7 @@ def _decode(
     padded_ids: bool,
     choose: ChooseFn,
     caller: str,
+    max_lengths: tf.Tensor | None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     if isinstance(decode_length, int) and decode_length < 0:
         raise ValueError(f"{caller}: decode_length must be >= 0, got {decode_length}.")
@@ -167,6 +175,9 @@ def _decode(
     check_step_mode(use_states, padded_ids, caller)
     initial_ids = tf.cast(initial_ids, tf.int32)
     batch = tf.shape(initial_ids)[0]
+    limits = tf.fill([batch], tf.cast(decode_length, tf.int32))  # [B]
+    if max_lengths is not None:
+        limits = tf.minimum(tf.cast(max_lengths, tf.int32), limits)
     state = _DecodeState(
         i=tf.constant(0, tf.int32),
         seq=tf.concat(  # [B, L]
@@ -181,21 +192,23 @@ def _decode(
         log_probs, new_states = step_log_probs(
             symbols_to_logits_fn, state.seq, state.i, state.states, use_states, padded_ids
         )  # [B, V]
-        token = tf.where(state.finished, 0, choose(log_probs, state.i))  # [B]; 0 after EOS
+        ended = tf.logical_or(state.finished, state.i >= limits)  # [B]
+        token = tf.where(ended, 0, choose(log_probs, state.i))  # [B]; 0 after EOS
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)  # [B]
         return (
             _DecodeState(
                 i=state.i + 1,
                 seq=write_column(state.seq, state.i + 1, token),
-                scores=state.scores + tf.where(state.finished, 0.0, token_log_prob),
-                finished=tf.logical_or(state.finished, tf.equal(token, eos_id)),
+                scores=state.scores + tf.where(ended, 0.0, token_log_prob),
+                finished=tf.logical_or(ended, tf.equal(token, eos_id)),
                 states=new_states,
             ),
         )
 
     def keep_going(state: _DecodeState) -> tf.Tensor:
         return tf.logical_and(
-            state.i < decode_length, tf.logical_not(tf.reduce_all(state.finished))
+            state.i < decode_length,
+            tf.logical_not(tf.reduce_all(tf.logical_or(state.finished, state.i >= limits))),
         )
 
     (final,) = tf.while_loop(keep_going, step, (state,))

@@ -24,7 +24,9 @@ The ids-only SavedModel has the two ids signatures, `translate_ids` also under t
 `serving_default`. Translations are the best beam; scores are log P(Y | X) divided by the
 GNMT length penalty. `output_ids` hold the generated ids (no start id), EOS, then zeros.
 Per-request beam sizes must be one of the export's `beam_sizes` (each is a branch of the
-graph, since a beam is a static dimension); alpha may be any value >= 0.
+graph, since a beam is a static dimension); alpha may be any value >= 0. A sentence's
+translation does not depend on the batch it comes in: each row generates at most its own
+length (EOS included) + extra_length ids, however wide the batch is padded.
 
 The search is the one of `t2t_lite.inference.Translator`: the model's `encode`,
 `init_cache` and cached `decode_step` under `t2t_lite.decoding.beam_search`, so a

@@ -3,8 +3,9 @@
 `Decoder.translate(lines)` encodes the lines with the problem's vocabulary, sorts them by
 length (longest first, as tensor2tensor did) and cuts them into batches of `batch_size`
 sentences, so a batch pads little; runs each batch through the `Translator` (one
-tf.function: encode, cache, search); detokenizes the hypotheses and puts them back in
-input order. An empty (or whitespace-only) line decodes to an empty line without reaching
+tf.function: encode, cache, search), in which each sentence decodes at most its own
+length + extra_length tokens, as it would alone; detokenizes the hypotheses and puts them
+back in input order. An empty (or whitespace-only) line decodes to an empty line without reaching
 the model, so the output stays aligned with the input line for line.
 
 Output format: one line per input line, the best hypothesis; with `return_beams`, the

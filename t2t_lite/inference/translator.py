@@ -4,6 +4,11 @@
 beam search (or greedy decoding, or sampling) through the model's cached
 `decode_step`. The decoder command, the trainer's BLEU evaluation and the SavedModel
 exporter all call this same function, so they produce the same outputs.
+
+A sentence's output does not depend on the batch it is decoded in: each row generates at
+most its own length (EOS included) + `extra_length` tokens, as it would alone, and stops
+when its own search is done (the searches' `max_lengths`; beam search freezes a row once
+it is done). The batch's width + `extra_length` only bounds the loop.
 """
 
 from __future__ import annotations
@@ -83,9 +88,13 @@ class Translator:
                 config.extra_length,
                 config.stop_early,
             )
-        step, start, cache, decode_length = _search_inputs(self.model, inputs, config.extra_length)
+        step, start, cache, decode_length, limits = _search_inputs(
+            self.model, inputs, config.extra_length
+        )
         if config.method == "greedy":
-            ids, scores = greedy_search(step, start, decode_length, states=cache, padded_ids=True)
+            ids, scores = greedy_search(
+                step, start, decode_length, states=cache, padded_ids=True, max_lengths=limits
+            )
         else:
             ids, scores = sample(
                 step,
@@ -96,12 +105,28 @@ class Translator:
                 top_k=config.top_k,
                 seed=config.seed,
                 padded_ids=True,
+                max_lengths=limits,
             )
         return ids[:, None, :], scores[:, None]
 
 
+def row_limits(inputs, extra_length: int):
+    """Each row's own decode length: ids [B, S] -> int32 [B] = its length (to EOS) + extra_length.
+
+    A row's length is the position of its last non-padding id plus one, so a row decodes
+    as far as it would alone, whatever the width of the batch it is padded to.
+    """
+    positions = tf.range(1, tf.shape(inputs)[1] + 1)  # [S]
+    lengths = tf.reduce_max(tf.where(inputs != 0, positions[tf.newaxis, :], 0), axis=1)  # [B]
+    return lengths + extra_length
+
+
 def _search_inputs(model, inputs, extra_length: int):
-    """Encodes `inputs` once: (step function, start ids [B], cache, decode length)."""
+    """Encodes `inputs` once: (step function, start ids [B], cache, decode length, limits [B]).
+
+    The decode length (the loop's bound) is the batch's width + extra_length; each row
+    stops at its own length + extra_length (`row_limits`, the searches' `max_lengths`).
+    """
     encoder_output, encoder_mask = model.encode(inputs, training=False)
     decode_length = tf.shape(inputs)[1] + extra_length
     cache = model.init_cache(encoder_output, encoder_mask, decode_length)
@@ -110,7 +135,7 @@ def _search_inputs(model, inputs, extra_length: int):
     def step(ids, i, states):
         return model.decode_step(ids[:, i], i, states)
 
-    return step, start, cache, decode_length
+    return step, start, cache, decode_length, row_limits(inputs, extra_length)
 
 
 def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True):
@@ -118,7 +143,7 @@ def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, s
 
     `alpha` may be a tensor (a per-request option of an exported model).
     """
-    step, start, cache, decode_length = _search_inputs(model, inputs, extra_length)
+    step, start, cache, decode_length, limits = _search_inputs(model, inputs, extra_length)
     vocab_size = model.target_vocab_size or model.vocab_size
     return beam_search(
         step,
@@ -130,6 +155,7 @@ def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, s
         states=cache,
         stop_early=stop_early,
         padded_ids=True,
+        max_lengths=limits,
     )
 
 

@@ -11,8 +11,11 @@ of the batch, as TensorFlow Serving's `pad_variable_length_inputs` does; each re
 its own rows of every output back.
 
 Batching changes what a row is computed with, not what is computed: outputs equal those
-of the request alone, except that a padded input allows the search the longer decode
-length of the batch and that float sums may round differently for other batch shapes.
+of the request alone, except that float sums may round differently for other batch
+shapes. Padding does not lengthen a sentence's search: the exported search gives each
+row its own limit of its length + extra_length tokens, whatever the batch's width. (With
+early stopping only the best hypothesis is exact; the others are the best found until
+then, and a longer batch may search further for them.)
 
 When a batched call fails on its input (InvalidArgumentError), each request is rerun
 alone, so that a bad request fails by itself. `flush()` makes the worker run what is

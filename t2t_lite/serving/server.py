@@ -11,10 +11,16 @@ Routes (NAME is the model folder's name; `/versions/V` may follow `/v1/models/NA
 
 Errors are `{"error": "..."}` with TF Serving's codes: 400 bad request, 404 unknown model,
 version or path, 405 wrong method, 408 request timeout, 411 no Content-Length, 413 body
-over the limit, 500 model failure, 503 not ready.
+or rows over the limit, 500 model failure, 503 not ready or too many connections.
 
 Each connection is served by its own thread and closed after one response (HTTP/1.0),
-so no thread outlives its request. `shutdown()` (SIGTERM in `serve`) stops accepting
+so no thread outlives its request. Resources are bounded: at most `max_connections`
+connections are served at once (one more is answered 503 by the accepting thread, which
+starts no thread for it); a predict request holds at most `max_request_rows` examples; a
+body over `max_body_bytes` is answered 413 from its Content-Length, before any of it is
+read, with `Connection: close`, and the connection is closed (the server then drops what
+the client still sends for at most `_LINGER_SECONDS`, so that the client gets to read the
+answer). `shutdown()` (SIGTERM in `serve`) stops accepting
 connections, lets queued requests run without waiting for batch company, waits for every
 request in flight to be answered, then stops.
 """
@@ -27,8 +33,10 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
+import time
 
 import tensorflow as tf
 
@@ -40,7 +48,11 @@ _MODEL_PATH = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?"
     r"(?P<action>/metadata|:[A-Za-z]+)?$"
 )
-_DISCARD_LIMIT = 64 << 20  # bytes of an oversized body read (and dropped) before answering
+# After a 413, what the client still sends is read and dropped for at most this long (and
+# at most _DISCARD_LIMIT bytes): closing a socket with unread data resets the connection,
+# and a reset can make the client lose the answer before reading it.
+_LINGER_SECONDS = 2.0
+_DISCARD_LIMIT = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +65,8 @@ class ServerConfig:
     batch_wait_ms: float = 5.0
     batch_threads: int = 1  # batches run side by side
     max_body_bytes: int = 4 << 20
+    max_request_rows: int = 256  # examples in one predict request
+    max_connections: int = 64  # connections served at once; more are answered 503
     poll_seconds: float = 5.0  # 0 = never look for new versions
     request_timeout_seconds: float = 60.0
     access_log: bool = False
@@ -74,10 +88,66 @@ def _resident_bytes() -> int:
         return -1
 
 
+def _refusal(status: int, reason: str, message: str) -> bytes:
+    """A complete HTTP/1.0 answer with a JSON `{"error": message}` body."""
+    data = json.dumps({"error": message}).encode("utf-8")
+    head = (
+        f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + data
+
+
 class _HTTPServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` of them at once.
+
+    A connection over the cap is answered 503 by the accepting thread itself, which
+    writes the answer, reads what the client already sent without waiting for more, and
+    closes: no thread is started for it.
+    """
+
     daemon_threads = False  # server_close() waits for requests in flight
     block_on_close = True
     request_queue_size = 256  # connections the kernel holds until accepted (default 5)
+
+    def __init__(self, address, handler, max_connections: int):
+        self.max_connections = max_connections
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self._refuse(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse(self, request) -> None:
+        message = (
+            f"the server is serving its limit of {self.max_connections} connections; retry "
+            "shortly, or start it with a larger --max_connections"
+        )
+        try:
+            request.settimeout(1.0)
+            request.sendall(_refusal(503, "Service Unavailable", message))
+            request.shutdown(socket.SHUT_WR)
+            request.setblocking(False)
+            for _ in range(16):  # What already arrived, so that closing sends no reset.
+                if not request.recv(1 << 16):
+                    break
+        except OSError:
+            pass
+        finally:
+            request.close()
 
 
 class ModelServer:
@@ -96,7 +166,14 @@ class ModelServer:
         self.batcher = Batcher(
             config.max_batch_size, config.batch_wait_ms / 1000.0, config.batch_threads
         )
-        self._httpd = _HTTPServer((config.host, config.port), _make_handler(self))
+        if config.max_connections < 1 or config.max_request_rows < 1:
+            raise ValueError(
+                "max_connections and max_request_rows must be >= 1, got "
+                f"{config.max_connections} and {config.max_request_rows}"
+            )
+        self._httpd = _HTTPServer(
+            (config.host, config.port), _make_handler(self), config.max_connections
+        )
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
         self._stopping = False
 
@@ -177,6 +254,13 @@ class ModelServer:
             )
         model = self._model(name, version)
         request = parse_predict(body, model.signatures)
+        limit = self.config.max_request_rows
+        if request.rows > limit:
+            raise RequestError(
+                413,
+                f"the request has {request.rows:,} examples; the limit is {limit:,} per "
+                "request: split it, or start the server with a larger --max_request_rows",
+            )
         try:
             outputs = self.batcher.run(model, request)
         except tf.errors.InvalidArgumentError as error:
@@ -243,8 +327,12 @@ def _make_handler(server: ModelServer):
             length = int(length)
             limit = server.config.max_body_bytes
             if length > limit:
-                self._discard(length)
-                raise RequestError(413, f"the body has {length:,} bytes; the limit is {limit:,}")
+                self._linger = True
+                raise RequestError(
+                    413,
+                    f"the body has {length:,} bytes; the limit is {limit:,} (the server's "
+                    "--max_body_bytes)",
+                )
             try:
                 body = self.rfile.read(length)
             except TimeoutError:
@@ -253,17 +341,30 @@ def _make_handler(server: ModelServer):
                 raise RequestError(400, f"the body ended after {len(body)} of {length} bytes")
             return body
 
-        def _discard(self, length: int) -> None:
-            """Reads an oversized body away so that the client gets to read the 413."""
-            remaining = min(length, _DISCARD_LIMIT)
+        def _drop_the_rest(self) -> None:
+            """After the answer is sent: end writing, drop what the client still sends.
+
+            Reads for at most _LINGER_SECONDS and _DISCARD_LIMIT bytes, then gives up;
+            a client that stops sending on the answer (or closes) ends it at once.
+            """
             try:
-                while remaining > 0:
-                    chunk = self.rfile.read(min(remaining, 1 << 16))
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_WR)
+                deadline = time.monotonic() + _LINGER_SECONDS
+                dropped = 0
+                while dropped < _DISCARD_LIMIT:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self.connection.settimeout(left)
+                    chunk = self.connection.recv(1 << 16)
                     if not chunk:
                         return
-                    remaining -= len(chunk)
-            except (TimeoutError, OSError):
+                    dropped += len(chunk)
+            except OSError:
                 return
+
+        _linger = False
 
         def _answer(self, compute) -> None:
             try:
@@ -278,10 +379,13 @@ def _make_handler(server: ModelServer):
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
+                self.send_header("Connection", "close")  # One response per connection.
                 self.end_headers()
                 self.wfile.write(data)
             except OSError:
-                pass  # The client left; nothing to answer.
+                return  # The client left; nothing to answer.
+            if self._linger:
+                self._drop_the_rest()
 
         def log_message(self, format, *args):  # noqa: A002 - http.server's signature.
             if server.config.access_log:
@@ -302,10 +406,10 @@ def serve(model_dir: str, config: ServerConfig = ServerConfig()) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    server = ModelServer(model_dir, config)
     try:
+        server = ModelServer(model_dir, config)
         version = server.start()
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
     host, port = server.address

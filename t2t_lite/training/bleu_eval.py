@@ -8,9 +8,21 @@ hypotheses and scores them with sacreBLEU's corpus BLEU on text, never on subwor
 TensorBoard gets, under `eval/`, the scalar `bleu` and the text summary `samples` (source,
 reference and hypothesis of the first few sentences).
 
-The references are the dev targets decoded by the problem's vocabulary, i.e. the reference
-text after the vocabulary's Unicode normalization; the decoder command scored against the
-raw reference file remains the number to report.
+The references (and the sources shown in the samples) are the dev examples decoded by the
+problem's vocabulary, so that BLEU needs only the data folder, not the raw corpus. For the
+translation problems they are the raw dev lines exactly, character for character:
+
+- datagen writes the dev pairs in file order, skipping only pairs with an empty side
+  (counted in metadata.json as `skipped_empty`), so example k is the k-th non-empty pair;
+- lines are read with only their line ending removed (no stripping, no other cleaning);
+- the SentencePiece vocabulary normalizes nothing (rule "identity", whitespace kept) and
+  encodes U+2581 as byte pieces, so `decode(encode(text)) == text` for every string
+  (`problems/vocab.py`), and bytes outside the learned pieces fall back to byte pieces.
+
+tests/test_decoder.py checks this equality on the evaluated subset of Multi30k's dev
+split, and that the logged BLEU equals sacreBLEU against the raw reference file. Only if a
+dev pair had an empty side would the k-th example and the k-th file line differ; the BLEU
+is then still that of the evaluated pairs, against their own reference text.
 """
 
 from __future__ import annotations
