@@ -465,5 +465,15 @@ def test_resuming_from_a_checkpoint_of_another_layout_is_a_clear_error(tmp_path,
     assert tuple(kernel.shape) == (hp.hidden_size, hp.filter_size)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
     tf.train.CheckpointManager(checkpoint, str(output_dir), 5).save(checkpoint_number=3)
-    with pytest.raises(run_dir.RunDirError, match=r"cannot resume from .*ckpt-3.*new --output_dir"):
+    with pytest.raises(
+        run_dir.RunDirError, match=r"cannot resume from .*ckpt-3.*new --output_dir"
+    ) as error:
         trainer.train_and_evaluate(_config(output_dir, train_steps=4), hp, printer=lambda _: None)
+    # Refused before restoring, naming the kernels: Keras's Dense keeps its kernel as
+    # `_kernel` [D, d_ff], the model expects `kernel`; one of each per FFN (2 + 2 layers).
+    layers = hp.num_encoder_layers + hp.num_decoder_layers
+    message = str(error.value)
+    assert f"{2 * layers} variables differ" in message
+    d, f = hp.hidden_size, hp.filter_size
+    assert f"filter_dense/_kernel: not in the model (found [{d}, {f}])" in message
+    assert "filter_dense/kernel: missing in the checkpoint" in message

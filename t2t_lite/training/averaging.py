@@ -30,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 AVERAGED_SUBDIR = "averaged"
 PROVENANCE_FILE = "averaging.json"
 

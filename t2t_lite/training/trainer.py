@@ -33,7 +33,7 @@ from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
 from t2t_lite.problems import pipeline
-from t2t_lite.training import bleu_eval, distribute, host_memory, run_dir
+from t2t_lite.training import bleu_eval, checkpoints, distribute, host_memory, run_dir
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
 from t2t_lite.training.step import TrainStep, make_optimizer
@@ -147,19 +147,32 @@ def train_data(problem, config: RunConfig, hp, strategy, start_step: int, pad_to
 def restore_latest(checkpoint, output_dir: str) -> str | None:
     """Restores the newest checkpoint of `output_dir` into `checkpoint`; returns its path.
 
+    The model's variables are compared with the checkpoint's first (names and shapes,
+    `checkpoints.checkpoint_mismatches`), so a checkpoint of another model is refused
+    before anything is restored.
+
     Raises:
         RunDirError: when the checkpoint does not fit the model.
     """
     latest = tf.train.latest_checkpoint(output_dir)
-    if latest:
-        try:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-        except (AssertionError, ValueError, tf.errors.OpError) as error:
-            raise run_dir.RunDirError(
-                f"cannot resume from {latest}: it does not fit the model these hparams build "
-                f"({str(error).splitlines()[0][:300]}); it may come from another t2t_lite "
-                "release. Train into a new --output_dir."
-            ) from None
+    if not latest:
+        return None
+    refusal = (
+        f"cannot resume from {latest}: it does not fit the model these hparams build "
+        "({}); it may come from another t2t_lite release. Train into a new --output_dir."
+    )
+    try:
+        mismatches, total = checkpoints.checkpoint_mismatches(checkpoint.model, latest)
+    except checkpoints.CheckpointError as error:
+        raise run_dir.RunDirError(refusal.format(error)) from None
+    if mismatches:
+        raise run_dir.RunDirError(
+            refusal.format(checkpoints.describe_mismatches(mismatches, total))
+        )
+    try:
+        checkpoint.restore(latest).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        raise run_dir.RunDirError(refusal.format(str(error).splitlines()[0][:300])) from None
     return latest
 
 
