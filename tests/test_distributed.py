@@ -7,6 +7,7 @@ On a tiny Transformer with dropout 0 (so every run is deterministic):
   device and on two replicas;
 - the update is normalised by the global count of target tokens, which differs from
   the average of per-replica means when replicas hold different numbers of tokens;
+- evaluation on two replicas sums the loss, NLL and argmax hits of the whole batch;
 - two worker processes under MultiWorkerMirroredStrategy end with identical weights.
 The references are plain Keras: a GradientTape over `keras.losses.categorical_crossentropy`
 and a stock `keras.optimizers.Adam`, independent of `TrainStep` and `token_statistics`.
@@ -78,7 +79,10 @@ def _batch(sentences, extra_padding=0):
     return batch
 
 
+@functools.cache
 def _mirrored():
+    # One strategy for the whole module: its collectives are numbered per strategy, and
+    # two strategies in one process would reuse numbers for differently shaped tensors.
     strategy = distribute.make_strategy("mirrored", cpu_replicas=2)
     assert strategy.num_replicas_in_sync == 2
     return strategy
@@ -185,7 +189,8 @@ def _assert_same_training(updates, reference, weights):
     for (values, result), (expected_values, expected) in zip(updates, reference, strict=True):
         assert _max_difference(values, expected_values) < TOLERANCE
         assert result["tokens"] == expected["tokens"]
-        for key in ("loss", "nll", "correct"):
+        assert "correct" not in result  # training counts no argmax hits
+        for key in ("loss", "nll"):
             assert result[key] / result["tokens"] == pytest.approx(expected[key], rel=TOLERANCE)
         assert result["grad_norm"] == pytest.approx(expected["grad_norm"], rel=TOLERANCE)
     # Each Adam step moves weights by up to LEARNING_RATE: far more than the tolerance.
@@ -226,6 +231,27 @@ def test_two_replicas_match_one_device_with_uneven_padding(initial_weights, two_
     reference = _reference_training(global_batches, initial_weights)
     _assert_same_training(two_replica_run, reference, initial_weights)
     _assert_same_training(one_device, reference, initial_weights)
+
+
+def test_evaluation_on_two_replicas_sums_the_whole_batch(initial_weights):
+    (parts, batches), _ = _uneven_steps()
+    strategy = _mirrored()
+    model = _model(strategy, initial_weights)
+    with strategy.scope():
+        optimizer = make_optimizer(HP, LEARNING_RATE)
+    dataset = tf.data.Dataset.from_tensors(batches[0]).concatenate(
+        tf.data.Dataset.from_tensors(batches[1])
+    )
+    batch = next(iter(strategy.distribute_datasets_from_function(lambda _: dataset)))
+    step = TrainStep(model, optimizer, strategy, HP.label_smoothing)
+    result = {key: float(value) for key, value in step.evaluate(batch).items()}
+    expected, _ = _reference_statistics(
+        _model(tf.distribute.get_strategy(), initial_weights), _batch(parts[0] + parts[1])
+    )
+    assert result["tokens"] == expected["tokens"] == 25.0
+    for key in ("loss", "nll", "correct"):
+        assert result[key] / result["tokens"] == pytest.approx(expected[key], rel=TOLERANCE)
+    assert 0 < result["correct"] < result["tokens"]  # some hits, some misses: a real count
 
 
 def test_update_uses_global_token_count_not_mean_of_replica_means(initial_weights, two_replica_run):

@@ -15,7 +15,9 @@ import tensorflow as tf
 from t2t_lite.training.loss import token_statistics
 
 SUM = tf.distribute.ReduceOp.SUM
-STAT_KEYS = ("loss", "nll", "correct", "tokens")
+# Sums a training update returns (and accumulates), and those of an evaluation batch.
+STAT_KEYS = ("loss", "nll", "tokens")
+EVAL_KEYS = ("loss", "nll", "correct", "tokens")
 
 
 def make_optimizer(
@@ -149,7 +151,7 @@ class TrainStep:
     def _gradients_fn(self, batch):
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
-            stats = token_statistics(logits, batch["targets"], self.label_smoothing)
+            stats = token_statistics(logits, batch["targets"], self.label_smoothing, accuracy=False)
             loss = stats["loss"]
             if self.loss_scaled:
                 loss = loss * self.optimizer.dynamic_scale
@@ -234,7 +236,7 @@ class TrainStep:
         logits = self.model(batch, training=False)
         stats = token_statistics(logits, batch["targets"], self.label_smoothing)
         context = tf.distribute.get_replica_context()
-        return dict(zip(STAT_KEYS, context.all_reduce(SUM, [stats[k] for k in STAT_KEYS])))
+        return dict(zip(EVAL_KEYS, context.all_reduce(SUM, [stats[k] for k in EVAL_KEYS])))
 
     def _evaluate_fn(self, batch):
         result = self.strategy.run(self._replica_evaluate, args=(batch,))
