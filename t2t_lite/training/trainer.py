@@ -36,7 +36,7 @@ from t2t_lite.problems import pipeline
 from t2t_lite.training import bleu_eval, checkpoints, distribute, host_memory, run_dir
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
-from t2t_lite.training.step import TrainStep, make_optimizer
+from t2t_lite.training.step import EVAL_KEYS, TrainStep, make_optimizer
 
 
 @dataclasses.dataclass
@@ -269,7 +269,7 @@ def _print_batching(hp, strategy, accumulate, printer):
 
 def evaluate(step_fns, dataset, strategy, eval_steps: int) -> dict:
     """Sums the token statistics over the dev batches; returns loss, accuracy, perplexity."""
-    totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0}
+    totals = dict.fromkeys(EVAL_KEYS, 0.0)
     for count, batch in enumerate(strategy.experimental_distribute_dataset(dataset)):
         if eval_steps and count >= eval_steps:
             break
