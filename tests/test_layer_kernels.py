@@ -10,7 +10,7 @@ import tensorflow as tf
 from t2t_lite.layers.attention import _positionwise
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.feed_forward import TransposedDense
-from t2t_lite.layers.normalization import LayerNorm
+from t2t_lite.layers.normalization import LayerNorm, position_sums_by_reduction
 from t2t_lite.training.loss import cross_entropy_sums
 
 
@@ -61,6 +61,33 @@ def test_layer_norm_under_tf_function_and_bfloat16_policy():
     np.testing.assert_allclose(
         np.asarray(tf.cast(out, tf.float32)), np.asarray(reference(x)), atol=0.05
     )
+
+
+@pytest.mark.parametrize("by_reduction", [False, True])
+def test_layer_norm_under_xla_with_either_way_of_summing_positions(by_reduction):
+    reference = keras.layers.LayerNormalization(epsilon=1e-6)
+    layer = LayerNorm(epsilon=1e-6)
+    for norm in (reference, layer):
+        norm.build((6, 16))
+        norm.gamma.assign(_randn(16, seed=1) + 1.0)
+        norm.beta.assign(_randn(16, seed=2))
+    x, upstream = _randn(6, 16, seed=3, scale=3.0) + 2.0, _randn(6, 16, seed=4)
+    expected = _value_and_grads(reference, x, [reference.gamma, reference.beta], upstream)
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        with position_sums_by_reduction(by_reduction):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x)
+            grads = tape.gradient(y, [x, layer.gamma, layer.beta], output_gradients=upstream)
+        return [y, *grads]
+
+    got = [np.asarray(t) for t in compiled(tf.constant(x))]
+    _assert_all_close(got, expected, atol=2e-5)
+    graph = compiled.get_concrete_function(tf.constant(x)).graph
+    # The forward has no product: a MatMul is there exactly when the sums are products.
+    assert any(op.type == "MatMul" for op in graph.get_operations()) != by_reduction
 
 
 @pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`")

@@ -274,6 +274,27 @@ def _bucketed_dataset() -> tf.data.Dataset:
     return dataset.apply(pipeline.batch_by_length([8, 16], batch_size=64)).repeat(2)
 
 
+def test_xla_step_sums_layer_norm_gradients_by_reductions():
+    """XLA compiles a ones-row product badly: the XLA step's graph has the two position
+    sums of every layer norm's gradient as reductions, the plain step as products."""
+    model = build_transformer(HP, VOCAB)
+    layer_norms = sum(weight.path.endswith("/gamma") for weight in model.weights)
+    assert layer_norms == 2 * HP.num_encoder_layers + 3 * HP.num_decoder_layers + (
+        2 if HP.normalize_first else 0
+    )
+    optimizer = make_optimizer(HP, LEARNING_RATE)
+    optimizer.build(model.trainable_variables)
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in ("inputs", "targets")}
+    products = {}
+    for jit in (False, True):
+        step = TrainStep(
+            model, optimizer, tf.distribute.get_strategy(), HP.label_smoothing, jit_compile=jit
+        )
+        graph = step._gradients.get_concrete_function(spec).graph
+        products[jit] = sum(op.type == "MatMul" for op in graph.get_operations())
+    assert products[False] - products[True] == 2 * layer_norms
+
+
 def _count_compilations_main(output: str) -> None:
     """Child process: trains with XLA over `_bucketed_dataset`, writes what it saw."""
     shapes = [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from t2t_lite.layers.normalization import position_sums_by_reduction
 from t2t_lite.training.loss import token_statistics
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -149,13 +150,16 @@ class TrainStep:
         self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True)
 
     def _gradients_fn(self, batch):
-        with tf.GradientTape() as tape:
-            logits = self.model(batch, training=True)
-            stats = token_statistics(logits, batch["targets"], self.label_smoothing, accuracy=False)
-            loss = stats["loss"]
-            if self.loss_scaled:
-                loss = loss * self.optimizer.dynamic_scale
-        grads = tape.gradient(loss, self.variables)
+        with position_sums_by_reduction(self.jit_compile):
+            with tf.GradientTape() as tape:
+                logits = self.model(batch, training=True)
+                stats = token_statistics(
+                    logits, batch["targets"], self.label_smoothing, accuracy=False
+                )
+                loss = stats["loss"]
+                if self.loss_scaled:
+                    loss = loss * self.optimizer.dynamic_scale
+            grads = tape.gradient(loss, self.variables)
         return [tf.convert_to_tensor(g) for g in grads], stats
 
     def _apply(self, grads, stats):
