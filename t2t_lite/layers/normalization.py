@@ -12,8 +12,8 @@ _tracing = threading.local()
 
 @contextlib.contextmanager
 def position_sums_by_reduction(enabled: bool = True):
-    """Layer norms traced in this block (forward and gradient) sum over positions with
-    a reduction instead of a matrix-vector product.
+    """Layer norms whose forward is traced in this block take the two sums over
+    positions in their gradient as reductions instead of matrix-vector products.
 
     The product is the faster kernel op by op (TensorFlow on CPU), but XLA compiles a
     [1, N] x [N, C] product far worse than the reduction it fuses with its neighbours
