@@ -9,6 +9,7 @@ every attention block.
 
 import importlib.util
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,3 +76,35 @@ def test_tiny_run_prints_a_row_per_configuration(capsys):
         assert seconds > 0
         assert tokens_per_second * seconds == pytest.approx(32, abs=0.0005 * tokens_per_second + 1)
         assert cells[6].endswith("%") and cells[-1].endswith("x")
+
+
+@pytest.mark.slow
+def test_two_cpu_replicas_split_the_sentences_and_count_the_whole_batch():
+    # A process of its own: a second mirrored strategy in the test process would reuse
+    # the collective numbers of tests/test_distributed.py's strategy.
+    command = [
+        sys.executable, str(SCRIPT),
+        "--hparams_set=transformer_tiny",
+        "--hparams=hidden_size=32,filter_size=64,num_heads=2",
+        "--vocab_size=100", "--sentences=4", "--source_length=8", "--target_length=8",
+        "--steps=1", "--warmup=0", "--rounds=1", "--peak_repeats=1",
+        "--configs=noxla:float32", "--cpu_replicas=2",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "2 replica(s) of 2 sentences" in out
+    # The step's token count is summed over replicas: 4 x 8 when each replica takes 2
+    # of the 4 sentences (64 if each were fed the whole batch).
+    assert "the step counts 32 target tokens over all replicas" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("| noxla:float32")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    seconds, tokens_per_second = float(cells[2]), float(cells[4].replace(",", ""))
+    assert tokens_per_second * seconds == pytest.approx(32, abs=0.0005 * tokens_per_second + 1)
+
+
+def test_cpu_replicas_that_do_not_divide_the_sentences_are_refused():
+    script = load_script()
+    args = script.parse_args(["--sentences=5", "--cpu_replicas=2"])
+    with pytest.raises(SystemExit, match="--cpu_replicas=2: expected .* divides --sentences=5"):
+        script.run(args)

@@ -3,6 +3,7 @@
     python tools/benchmark_train.py [--hparams_set=transformer_base] [--small]
         [--vocab_size=37000] [--sentences=128] [--source_length=32] [--target_length=32]
         [--steps=3] [--warmup=1] [--rounds=2] [--configs=xla:float32,...]
+        [--intra_op_threads=N] [--inter_op_threads=N] [--cpu_replicas=N]
 
 Builds the model and the trainer's own `TrainStep` (Adam, token-normalised gradients)
 for every configuration in `--configs` (XLA on/off x float32/mixed_bfloat16), feeds
@@ -11,13 +12,19 @@ the bucketed pipeline, and prints one row per configuration: compile time (first
 minus one step: tracing and compilation), seconds per step, steps/s, target tokens/s,
 achieved model FLOP/s and its share of the matmul peaks.
 
+`--cpu_replicas=N` mirrors every step over N logical CPU devices as the trainer's flag
+of that name does (each replica takes 1/N of the sentences; the table counts the whole
+batch), so that N single-threaded replicas (`--intra_op_threads=1`) can be compared with
+one replica on all threads.
+
 Like the trainer, the script first has glibc's malloc keep freed memory
 (`host_memory.retain_freed_memory`); `--malloc_defaults` leaves malloc alone, to measure
 that setting's share in a second process.
 
 The peaks are measured in the same run: a `tf.function` float32 matmul of 2048^3 and
 4096^3 (the better of the two) and a bfloat16 matmul of 2048^3, median of
-`--peak_repeats` calls each. The machine may be shared, so configurations are timed
+`--peak_repeats` calls each, with the step's threads and replicas (with N replicas, N
+matmuls at once, counted together). The machine may be shared, so configurations are timed
 round-robin (`--rounds` rounds of `--steps` steps, the peaks measured again every
 round), each figure is the median over rounds, and ratios between rows are taken under
 the same load. Process CPU time is reported too: CPU seconds per step and FLOPs per CPU
@@ -54,7 +61,7 @@ import tensorflow as tf  # noqa: E402
 
 from t2t_lite import hparams as hparams_lib  # noqa: E402
 from t2t_lite.models import build_transformer  # noqa: E402
-from t2t_lite.training import host_memory  # noqa: E402
+from t2t_lite.training import distribute, host_memory  # noqa: E402
 from t2t_lite.training.schedule import TransformerSchedule  # noqa: E402
 from t2t_lite.training.step import TrainStep, make_optimizer  # noqa: E402
 
@@ -109,27 +116,41 @@ class Clock:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
-def matmul_peak(dtype: tf.DType, size: int, repeats: int) -> tuple:
-    """Median (wall, CPU) seconds of a compiled `size`^3 matmul over `repeats` calls."""
-    a = tf.random.normal((size, size), dtype=tf.float32)
-    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
-    matmul = tf.function(tf.matmul)
-    matmul(a, b).numpy()
+def matmul_peak(dtype: tf.DType, size: int, repeats: int, strategy) -> tuple:
+    """(wall, CPU) FLOP rates of a compiled `size`^3 matmul, median of `repeats` calls.
+
+    Under a strategy with several replicas every replica multiplies its own pair of
+    matrices at the same time, and the rate counts all of them: the peak of the
+    threads and devices the training step runs on.
+    """
+
+    def operands(_):
+        a = tf.random.normal((size, size), dtype=tf.float32)
+        return tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+
+    pairs = strategy.experimental_distribute_values_from_function(operands)
+    matmul = tf.function(lambda pairs: strategy.run(lambda a, b: tf.matmul(a, b), args=pairs))
+
+    def call():
+        for product in strategy.experimental_local_results(matmul(pairs)):
+            product.numpy()
+
+    call()
     times = []
     for _ in range(repeats):
         clock = Clock()
-        matmul(a, b).numpy()
+        call()
         times.append(clock.stop())
-    flops = 2.0 * size**3
+    flops = 2.0 * size**3 * strategy.num_replicas_in_sync
     return tuple(flops / statistics.median(t[i] for t in times) for i in (0, 1))
 
 
-def measure_peaks(repeats: int) -> dict:
+def measure_peaks(repeats: int, strategy) -> dict:
     """{dtype: (wall FLOP/s, FLOP per CPU second)}; float32 is the better of 2048^3 and 4096^3."""
-    float32 = [matmul_peak(tf.float32, n, repeats) for n in (2048, 4096)]
+    float32 = [matmul_peak(tf.float32, n, repeats, strategy) for n in (2048, 4096)]
     return {
         "float32": tuple(max(p[i] for p in float32) for i in (0, 1)),
-        "bfloat16": matmul_peak(tf.bfloat16, 2048, repeats),
+        "bfloat16": matmul_peak(tf.bfloat16, 2048, repeats, strategy),
     }
 
 
@@ -182,6 +203,7 @@ class Runner:
         for _ in range(steps):
             result = self.step.train(self.iterator)
         float(result["loss"])
+        self.last_result = result  # global sums of the last step (loss, tokens, ...)
         return clock.stop()
 
     def measure(self, warmup: int, steps: int) -> None:
@@ -202,6 +224,13 @@ def run(args) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     if args.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.cpu_replicas < 1 or args.sentences % args.cpu_replicas:
+        raise SystemExit(
+            f"--cpu_replicas={args.cpu_replicas}: expected a positive number of replicas that "
+            f"divides --sentences={args.sentences}, so that every replica gets the same share"
+        )
+    # Before any TensorFlow work: splitting the CPU into logical devices needs that.
+    strategy = distribute.make_strategy("auto", cpu_replicas=args.cpu_replicas)
     hp = hparams_lib.get(args.hparams_set)
     hp = hparams_lib.override(
         hp, ",".join(filter(None, [SMALL if args.small else "", args.hparams]))
@@ -214,13 +243,21 @@ def run(args) -> None:
         f"V={args.vocab_size:,}; batch {shape.sentences} x ({shape.source_length} + "
         f"{shape.target_length}) = {shape.target_tokens:,} target tokens; "
         f"TF {tf.__version__}, threads intra-op {args.intra_op_threads or 'default'} "
-        f"inter-op {args.inter_op_threads or 'default'}, {os.cpu_count()} CPUs; freed host "
+        f"inter-op {args.inter_op_threads or 'default'}, {os.cpu_count()} CPUs, "
+        f"{strategy.num_replicas_in_sync} replica(s) of {shape.sentences // strategy.num_replicas_in_sync}"
+        f" sentences; freed host "
         f"memory {'retained (as the trainer does)' if retained else 'returned (malloc defaults)'}"
     )
     runners = []
     for config in args.configs.split(","):
-        runners.append(Runner(hp, config, args.vocab_size, batch))
-        print(f"  compiled {config}: {runners[-1].compile_seconds:.1f} s", flush=True)
+        with strategy.scope():
+            runners.append(Runner(hp, config, args.vocab_size, batch))
+        counted = float(runners[-1].last_result["tokens"])
+        print(
+            f"  compiled {config}: {runners[-1].compile_seconds:.1f} s; the step counts "
+            f"{counted:,.0f} target tokens over all replicas",
+            flush=True,
+        )
     model = runners[0].model
     parameters = model.count_params()
     encoder_parameters = sum(layer.count_params() for layer in model.encoder_layers)
@@ -228,7 +265,7 @@ def run(args) -> None:
     print(f"parameters {parameters:,}; model FLOPs per step {flops / 1e12:.4f} T", flush=True)
     peaks = {"float32": [], "bfloat16": []}
     for round_index in range(args.rounds):
-        for name, value in measure_peaks(args.peak_repeats).items():
+        for name, value in measure_peaks(args.peak_repeats, strategy).items():
             peaks[name].append(value)
         for runner in runners:
             runner.measure(args.warmup, args.steps)
@@ -287,6 +324,13 @@ def parse_args(argv=None):
     parser.add_argument("--configs", default=CONFIGS, help="comma list of {xla,noxla}:POLICY")
     parser.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
+    parser.add_argument(
+        "--cpu_replicas",
+        type=int,
+        default=1,
+        help="mirror each step over this many logical CPU devices (the trainer's flag), "
+        "each taking its share of the batch's sentences",
+    )
     parser.add_argument(
         "--malloc_defaults",
         action="store_true",
