@@ -225,18 +225,64 @@ def searches(run):
     return found
 
 
+def _without_eos(model):
+    """`model` changed so that EOS never wins a step, all other logits unchanged.
+
+    The last layer norm before the tied pre-softmax projection outputs h = gamma x_hat +
+    beta (|x_hat| = sqrt(D)), and token j's logit is h . E[j]. beta gets c u added, where u
+    . E[j] = 0 for every j but EOS and u . E[EOS] = -1: EOS's logit drops by c, where c is
+    50 more than twice the largest logit any h could give."""
+    norm = model.decoder_layer_norm or model.decoder_layers[-1].feed_forward_layer_norm
+    embedding = model.token_embedding if model.shares_vocabulary else model.target_embedding
+    table = embedding.embeddings.numpy()  # [V, D], V < D here
+    target = np.zeros(len(table))
+    target[1] = -1.0  # EOS
+    u = np.linalg.lstsq(table, target, rcond=None)[0]
+    np.testing.assert_allclose(table @ u, target, atol=1e-4)
+    gamma, beta = norm.gamma.numpy(), norm.beta.numpy()
+    largest = (np.abs(gamma).max() * np.sqrt(gamma.size) + np.linalg.norm(beta)) * max(
+        np.linalg.norm(table, axis=1)
+    )
+    norm.beta.assign(beta + (50.0 + 2 * largest) * u)
+    return model
+
+
+@pytest.fixture(scope="module")
+def searches_without_eos(run):
+    """As `searches`, for the trained model changed by `_without_eos`."""
+    trained = load_trained_model(PROBLEM, "", run)
+    model = _without_eos(trained.model)
+    encoder = trained.problem.encoders("")["inputs"]
+    found = {}
+    for stop_early in (True, False):
+        config = SearchConfig(
+            beam_size=BEAM, alpha=ALPHA, extra_length=EXTRA, stop_early=stop_early
+        )
+        translator = Translator(model, config)
+        found[stop_early] = lambda lines, t=translator: tuple(
+            x.numpy() for x in t.search(pad_batch([encoder.encode(s) for s in lines]))
+        )
+    return found
+
+
 @pytest.fixture(scope="module")
 def alone(searches):
     """Each SHORT sentence searched on its own, with early stopping: [(ids, scores)]."""
     return [searches[True]([s]) for s in SHORT]
 
 
-def test_a_sentence_decodes_alone_and_beside_a_longer_one_the_same(searches, alone):
-    limits = [len(s.split()) + 1 + EXTRA for s in SHORT]  # own length with EOS + extra
-    # The case that matters: alone, the model runs short sentences to their own limit (all
-    # `limit` slots of the best hypothesis hold generated ids, EOS or not).
-    reached = [np.count_nonzero(ids[0, 0, 1:]) == limit for (ids, _), limit in zip(alone, limits)]
-    assert any(reached), reached
+@pytest.mark.parametrize("model", ["trained", "without_eos"])
+def test_a_sentence_decodes_alone_and_beside_a_longer_one_the_same(
+    model, searches, searches_without_eos
+):
+    if model == "without_eos":
+        searches = searches_without_eos
+        limits = [len(s.split()) + 1 + EXTRA for s in SHORT]  # own length with EOS + extra
+        # The case that matters: alone, every short sentence runs to its own limit (all
+        # `limit` slots of the best hypothesis hold symbols, none EOS).
+        for sentence, limit in zip(SHORT, limits):
+            best = searches[True]([sentence])[0][0, 0, 1:]
+            assert len(best) == limit and np.all(best > 1), best
     # A row's search stops (freezes) when it would stop alone: every beam is exact, with or
     # without early stopping.
     for stop_early, beams in ((True, BEAM), (False, BEAM)):
@@ -263,10 +309,13 @@ def test_saved_model_decodes_a_sentence_alone_and_beside_a_longer_one_the_same(f
             np.testing.assert_allclose(score, alone_scores[0, 0], rtol=1e-6)
 
 
-def test_blank_sentences_translate_to_blank_lines(fresh):
+def test_blank_sentences_translate_to_blank_lines(fresh, run):
     assert fresh["blank"]["translations"][:2] == ["", ""]
     assert fresh["blank"]["scores"][:2] == [0.0, 0.0]
-    assert fresh["blank"]["translations"][2] != ""
+    # The real sentence beside them translates as the in-process search does it alone.
+    _, _, scores, text = _search(run, ["1 2"], BEAM, ALPHA)
+    assert fresh["blank"]["translations"][2] == text[0]
+    np.testing.assert_allclose(np.ravel(fresh["blank"]["scores"][2])[0], scores[0, 0], rtol=1e-6)
 
 
 def test_bad_inputs_fail_with_messages(fresh):

@@ -310,7 +310,8 @@ def test_reloaded_saved_model_parses_exactly_as_the_decoder(exported, fresh, dec
     searched = decode.Decoder(trained, data_dir, config, printer=lambda line: None)
     linearized = searched.translate(dev["words"]).best
     assert fresh["translations"] == linearized
-    assert len(set(linearized)) > 1 and all("(" in text for text in linearized)
+    # Not a trivial agreement: the sentences get different parses, some with brackets.
+    assert len(set(linearized)) > 1 and any("(" in text for text in linearized)
 
     # Level 2, trees: the decoder command writes post-processed trees (gold tags on the
     # leaves, since it was given the reference), the SavedModel returns bracket sequences;
