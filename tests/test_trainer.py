@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from t2t_lite import hparams, problems
 from t2t_lite.layers import feed_forward
-from t2t_lite.training import run_dir, trainer
+from t2t_lite.training import cpu_features, run_dir, trainer
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
 
@@ -132,6 +132,19 @@ def test_start_up_line_shows_replica_global_and_effective_tokens(tmp_path):
         "x 3 accumulated = 768 effective tokens per update (effective_batch_tokens 600)"
     ) in lines
     assert json.loads((tmp_path / "manifest.json").read_text())["accumulation_steps"] == 3
+
+
+def test_mixed_bfloat16_on_a_cpu_without_bfloat16_is_warned_about(tmp_path, monkeypatch):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_vnni\n")
+    monkeypatch.setattr(cpu_features, "CPUINFO", str(cpuinfo))
+    lines = []
+    config = _config(tmp_path / "run", train_steps=1, eval_steps=1)
+    trainer.train_and_evaluate(config, _hp("dtype_policy=mixed_bfloat16"), printer=lines.append)
+    index = next(i for i, line in enumerate(lines) if line.startswith("model: "))
+    assert lines[index].endswith("parameters, mixed_bfloat16")
+    assert lines[index + 1] == cpu_features.bfloat16_warning("mixed_bfloat16", True)
+    assert str(cpuinfo) in lines[index + 1]
 
 
 def test_tensorboard_events_have_tags_and_steps(finished_run):

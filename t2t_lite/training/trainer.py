@@ -33,7 +33,14 @@ from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
 from t2t_lite.problems import pipeline
-from t2t_lite.training import bleu_eval, checkpoints, distribute, host_memory, run_dir
+from t2t_lite.training import (
+    bleu_eval,
+    checkpoints,
+    cpu_features,
+    distribute,
+    host_memory,
+    run_dir,
+)
 from t2t_lite.training.progress import Progress
 from t2t_lite.training.schedule import TransformerSchedule
 from t2t_lite.training.step import EVAL_KEYS, TrainStep, make_optimizer
@@ -347,6 +354,9 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
             },
         )
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
+    warning = cpu_features.bfloat16_warning(hp.dtype_policy, on_cpu=not use_xla(None, strategy))
+    if warning:
+        printer(warning)
 
     schedule = make_schedule(hp)
     xla = use_xla(config.jit_compile, strategy)

@@ -1,0 +1,55 @@
+"""Whether this machine's CPU multiplies bfloat16 natively, read from /proc/cpuinfo.
+
+TensorFlow runs `mixed_bfloat16` products on any CPU, but only CPUs with bfloat16
+instructions run them faster than float32: x86 with AVX512_BF16 or AMX-BF16, Arm with
+the BF16 extension. Elsewhere oneDNN converts every operand to float32 and back, and
+a mixed_bfloat16 step is several times slower than a float32 one.
+"""
+
+from __future__ import annotations
+
+CPUINFO = "/proc/cpuinfo"
+# Feature names as Linux lists them: x86 "flags" lines, Arm "Features" lines.
+BFLOAT16_FEATURES = {"avx512_bf16", "amx_bf16", "bf16"}
+
+
+def cpu_features(cpuinfo_text: str) -> set:
+    """The feature names of the first "flags" or "Features" line of /proc/cpuinfo text."""
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def native_bfloat16(cpuinfo_path: str | None = None) -> bool | None:
+    """True / False whether the CPU has bfloat16 instructions; None if it cannot be told.
+
+    Reads `cpuinfo_path`, by default the module's `CPUINFO`.
+    """
+    cpuinfo_path = cpuinfo_path or CPUINFO
+    try:
+        with open(cpuinfo_path, encoding="utf-8", errors="replace") as f:
+            features = cpu_features(f.read())
+    except OSError:
+        return None
+    if not features:
+        return None
+    return bool(features & BFLOAT16_FEATURES)
+
+
+def bfloat16_warning(
+    dtype_policy: str, on_cpu: bool, cpuinfo_path: str | None = None
+) -> str | None:
+    """A one-line warning when `mixed_bfloat16` will run on a CPU without bfloat16 instructions."""
+    cpuinfo_path = cpuinfo_path or CPUINFO
+    if dtype_policy != "mixed_bfloat16" or not on_cpu:
+        return None
+    if native_bfloat16(cpuinfo_path) is not False:
+        return None
+    return (
+        "warning: dtype_policy=mixed_bfloat16 on a CPU without bfloat16 instructions (none of "
+        f"{', '.join(sorted(BFLOAT16_FEATURES))} in {cpuinfo_path}): its products are converted "
+        "to float32 and back, slower than float32 itself; --hparams=dtype_policy=float32 trains "
+        "faster here"
+    )
