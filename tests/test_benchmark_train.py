@@ -45,9 +45,52 @@ def test_model_flops_of_transformer_base_from_the_paper_structure():
     by_hand += 3 * 2 * 2 * b * d * (n * s * s + n * t * t + n * t * s)
     flops = script.model_flops(hp, model.count_params(), encoder, script.Shape(b, s, t))
     assert flops == by_hand
+    # With source and target lengths apart, cross-attention's key and value projections
+    # (2 per decoder layer) meet the source tokens, the rest of the decoder the targets.
+    s = 24
+    cross_key_value = n * 2 * (d * d + d)
+    by_hand = 6 * ((encoder + cross_key_value) * b * s)
+    by_hand += 6 * (decoder - cross_key_value + vocab * d) * b * t
+    by_hand += 3 * 2 * 2 * b * d * (n * s * s + n * t * t + n * t * s)
+    assert script.model_flops(hp, model.count_params(), encoder, script.Shape(b, s, t)) == by_hand
+    s = 32
     assert round(flops / 1e12, 4) == 1.5648  # the figure the script's docstring derives
     # ../shared/BENCHMARKS.md, measured with the peers: "1.563 TFLOP for base here".
     assert flops == pytest.approx(1.563e12, rel=2e-3)
+
+
+def test_step_products_add_up_to_the_paper_structure_count():
+    script = load_script()
+    hp = hparams.get("transformer_base")
+    d, d_ff, n, vocab, heads = 512, 2048, 6, 37000, 8
+    b, s, t = 128, 24, 40  # source and target lengths differ, to tell them apart
+    # Weight matrices (section 3): 4 attention projections + 2 FFN layers per encoder
+    # layer, 8 + 2 per decoder layer (cross-attention's key and value projections over
+    # the source), and the shared embedding as pre-softmax projection.
+    encoder = n * (4 * d * d + 2 * d * d_ff)
+    decoder = n * (8 * d * d + 2 * d * d_ff)
+    cross_key_value = n * 2 * d * d
+    by_hand = 6 * ((encoder + cross_key_value) * b * s)
+    by_hand += 6 * (decoder - cross_key_value + vocab * d) * b * t
+    by_hand += 3 * 2 * 2 * b * d * (n * s * s + n * t * t + n * t * s)
+    for replicas in (1, 2):
+        products = script.step_products(hp, vocab, script.Shape(b, s, t), replicas)
+        assert replicas * sum(p.flops for p in products) == by_hand
+        # Three products (forward, input and weight gradient) per weight matrix, six per
+        # attention block (QK^T, AV and two gradients of each) over B / replicas x H pairs.
+        assert sum(p.count for p in products if not p.batch) == 3 * (n * 6 + n * 10 + 1)
+        assert sum(p.count for p in products if p.batch) == 6 * 3 * n
+        assert {p.batch for p in products if p.batch} == {b // replicas * heads}
+    # What model_flops counts beyond the products: 6 x tokens x the biases and layer
+    # norm parameters, which multiply nothing: per encoder layer 4 attention biases, 2
+    # FFN biases, 2 layer norms (source tokens); per decoder layer cross-attention's key
+    # and value biases (source tokens), 6 more attention biases, 2 FFN biases, 3 layer norms.
+    model = build_transformer(hp, vocab)
+    encoder_parameters = sum(layer.count_params() for layer in model.encoder_layers)
+    flops = script.model_flops(hp, model.count_params(), encoder_parameters, script.Shape(b, s, t))
+    source_vectors = n * (4 * d + d_ff + d + 2 * 2 * d) + n * 2 * d
+    target_vectors = n * (6 * d + d_ff + d + 3 * 2 * d)
+    assert flops - by_hand == 6 * (source_vectors * b * s + target_vectors * b * t)
 
 
 @pytest.mark.slow
@@ -76,6 +119,15 @@ def test_tiny_run_prints_a_row_per_configuration(capsys):
         assert seconds > 0
         assert tokens_per_second * seconds == pytest.approx(32, abs=0.0005 * tokens_per_second + 1)
         assert cells[6].endswith("%") and cells[-1].endswith("x")
+    # The products timed alone: a row per kind of layer, as many products as the tiny
+    # model runs (three per weight matrix, six per attention block), and a total.
+    hp = hparams.get("transformer_tiny")
+    enc, dec = hp.num_encoder_layers, hp.num_decoder_layers
+    groups = re.findall(r"^\| (?:encoder|decoder|cross|pre-softmax)[^|]*\| (\d+) \|", out, re.M)
+    assert len(groups) == 12
+    assert sum(map(int, groups)) == 3 * (6 * enc + 10 * dec + 1) + 6 * (enc + 2 * dec)
+    total = re.search(r"products alone: ([\d.]+) s per step; .* \d+% of the float32 peak", out)
+    assert float(total.group(1)) > 0
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
     python tools/benchmark_train.py [--hparams_set=transformer_base] [--small]
         [--vocab_size=37000] [--sentences=128] [--source_length=32] [--target_length=32]
         [--steps=3] [--warmup=1] [--rounds=2] [--configs=xla:float32,...]
-        [--intra_op_threads=N] [--inter_op_threads=N] [--cpu_replicas=N]
+        [--intra_op_threads=N] [--inter_op_threads=N] [--cpu_replicas=N] [--product_repeats=3]
 
 Builds the model and the trainer's own `TrainStep` (Adam, token-normalised gradients)
 for every configuration in `--configs` (XLA on/off x float32/mixed_bfloat16), feeds
@@ -31,11 +31,23 @@ the same load. Process CPU time is reported too: CPU seconds per step and FLOPs 
 second against the peak's FLOPs per CPU second move less than wall time when other
 processes take turns on the cores.
 
+After the table, the step's float32 matrix products are timed alone (`step_products`):
+every product of the forward and backward pass at the step's shapes and orientations
+(TensorFlow's MatMul gradients: dX = dY W^T, dW = X^T dY), each distinct one a median of
+`--product_repeats` calls with the step's threads and replicas, times how often the
+step runs it, grouped by layer kind with each group's share of the float32 peak. It
+shows how fast this CPU's kernels multiply matrices of these shapes, one product at a
+time, and what a step would reach that ran its products one after another and nothing
+else. The step itself runs independent products side by side on TensorFlow's inter-op
+threads, so it can beat that figure; where it falls short, the difference is the work
+between the products.
+
 Model FLOPs per step (`model_flops`) count 2 FLOPs per multiply-add, times 3 for
 forward + backward:
     6 x parameters x tokens  +  3 x 4 x B x Tq x Tk x D per attention block,
-where the encoder's parameters meet each source token and all others (decoder and the
-tied embedding as pre-softmax projection; lookups cost nothing) each target token, and
+where the encoder's parameters and cross-attention's key and value projections meet each
+source token and all others (the rest of the decoder and the tied embedding as pre-softmax
+projection; lookups cost nothing) each target token, and
 the attention term is the QK^T and AV products of the N encoder self-, N decoder self-
 and N cross-attention blocks, counted in full. For transformer_base with a 37,000-token
 shared vocabulary (63,082,496 parameters) and 128 x (32 + 32) tokens:
@@ -95,10 +107,141 @@ def model_flops(hp, parameters: int, encoder_parameters: int, shape: Shape) -> f
         6 x parameters x tokens + attention score/context products, in FLOPs.
     """
     b, s, t, d = shape.sentences, shape.source_length, shape.target_length, hp.hidden_size
-    weights = 6.0 * (encoder_parameters * b * s + (parameters - encoder_parameters) * b * t)
+    # Cross-attention's key and value projections (kernels and biases) read the encoder's output.
+    cross_key_value = hp.num_decoder_layers * 2 * (d * d + d)
+    source_side = encoder_parameters + cross_key_value
+    weights = 6.0 * (source_side * b * s + (parameters - source_side) * b * t)
     # Query-key pairs of the encoder self-, decoder self- and cross-attention blocks.
     pairs = hp.num_encoder_layers * s * s + hp.num_decoder_layers * (t * t + t * s)
     return weights + 3.0 * 4.0 * b * d * pairs
+
+
+@dataclasses.dataclass(frozen=True)
+class Product:
+    """`count` products per step of [batch x] (m x k) by (k x n) matrices, as stored.
+
+    `transpose_a` / `transpose_b`: the operand is stored transposed ([k, m] / [n, k]) and
+    read through the MatMul attribute of that name, as the step's own products are.
+    """
+
+    name: str
+    count: int
+    m: int
+    k: int
+    n: int
+    transpose_a: bool = False
+    transpose_b: bool = False
+    batch: int = 0  # 0: plain matrices; else a batched product of `batch` pairs
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of all `count` products (2 per multiply-add)."""
+        return 2.0 * max(self.batch, 1) * self.m * self.k * self.n * self.count
+
+    @property
+    def key(self) -> tuple:
+        return (self.batch, self.m, self.k, self.n, self.transpose_a, self.transpose_b)
+
+
+def _dense_products(name: str, count: int, rows: int, k: int, n: int, stored_transposed=False):
+    """Forward, input- and weight-gradient products of `count` dense layers k -> n.
+
+    y = x W (W [k, n]): dx = dy W^T, dW = x^T dy. y = x W^T (W stored [n, k], the FFN's
+    first layer and the tied pre-softmax projection): dx = dy W, dW = dy^T x.
+    """
+    if stored_transposed:
+        return [
+            Product(f"{name}: forward", count, rows, k, n, transpose_b=True),
+            Product(f"{name}: input gradient", count, rows, n, k),
+            Product(f"{name}: weight gradient", count, n, rows, k, transpose_a=True),
+        ]
+    return [
+        Product(f"{name}: forward", count, rows, k, n),
+        Product(f"{name}: input gradient", count, rows, n, k, transpose_b=True),
+        Product(f"{name}: weight gradient", count, k, rows, n, transpose_a=True),
+    ]
+
+
+def _attention_products(name: str, count: int, pairs: int, q: int, t: int, dh: int):
+    """QK^T and AV of `count` attention blocks over `pairs` (sentence, head) pairs, and
+    the two gradients of each: scores S = Q K^T ([q, dh] by [t, dh]^T), context C = A V."""
+    return [
+        Product(f"{name}: QK^T", count, q, dh, t, transpose_b=True, batch=pairs),
+        Product(f"{name}: dQ = dS K", count, q, t, dh, batch=pairs),
+        Product(f"{name}: dK = dS^T Q", count, t, q, dh, transpose_a=True, batch=pairs),
+        Product(f"{name}: AV", count, q, t, dh, batch=pairs),
+        Product(f"{name}: dA = dC V^T", count, q, dh, t, transpose_b=True, batch=pairs),
+        Product(f"{name}: dV = A^T dC", count, t, q, dh, transpose_a=True, batch=pairs),
+    ]
+
+
+def step_products(hp, vocab_size: int, shape: Shape, replicas: int = 1) -> list:
+    """Every matrix product of one replica's forward + backward pass, as `Product`s.
+
+    Per layer: the encoder's 4 attention projections (over source positions) and FFN,
+    the decoder's 4 self-attention projections, cross-attention's query and output
+    projections over target positions and key and value projections over source
+    positions, and its FFN; once: the tied pre-softmax projection. Each replica takes
+    1/`replicas` of the sentences.
+    """
+    b = shape.sentences // replicas
+    rows_s, rows_t = b * shape.source_length, b * shape.target_length
+    d, f, enc, dec = hp.hidden_size, hp.filter_size, hp.num_encoder_layers, hp.num_decoder_layers
+    dh = d // hp.num_heads
+    pairs = b * hp.num_heads
+    s, t = shape.source_length, shape.target_length
+    return [
+        *_dense_products("encoder attention projections", 4 * enc, rows_s, d, d),
+        *_dense_products("encoder FFN W1", enc, rows_s, d, f, stored_transposed=True),
+        *_dense_products("encoder FFN W2", enc, rows_s, f, d),
+        *_dense_products("decoder self-attention projections", 4 * dec, rows_t, d, d),
+        *_dense_products("cross-attention query, output", 2 * dec, rows_t, d, d),
+        *_dense_products("cross-attention key, value", 2 * dec, rows_s, d, d),
+        *_dense_products("decoder FFN W1", dec, rows_t, d, f, stored_transposed=True),
+        *_dense_products("decoder FFN W2", dec, rows_t, f, d),
+        *_dense_products("pre-softmax (tied embedding)", 1, rows_t, d, vocab_size, True),
+        *_attention_products("encoder self-attention", enc, pairs, s, s, dh),
+        *_attention_products("decoder self-attention", dec, pairs, t, t, dh),
+        *_attention_products("cross-attention", dec, pairs, t, s, dh),
+    ]
+
+
+def product_seconds(product: Product, repeats: int, strategy) -> float:
+    """Wall seconds of one float32 `product` (on every replica at once), median of `repeats`."""
+    batch = (product.batch,) if product.batch else ()
+    a_shape = batch + ((product.k, product.m) if product.transpose_a else (product.m, product.k))
+    b_shape = batch + ((product.n, product.k) if product.transpose_b else (product.k, product.n))
+
+    def operands(_):
+        return tf.random.normal(a_shape), tf.random.normal(b_shape)
+
+    def replica(a, b):
+        c = tf.matmul(a, b, transpose_a=product.transpose_a, transpose_b=product.transpose_b)
+        return c[..., :1, :1]  # the whole product is computed; one element comes back
+
+    pairs = strategy.experimental_distribute_values_from_function(operands)
+    matmul = tf.function(lambda pairs: strategy.run(replica, args=pairs))
+
+    def call():
+        for corner in strategy.experimental_local_results(matmul(pairs)):
+            corner.numpy()
+
+    call()
+    times = []
+    for _ in range(repeats):
+        clock = Clock()
+        call()
+        times.append(clock.stop()[0])
+    return statistics.median(times)
+
+
+def time_products(products: list, repeats: int, strategy) -> dict:
+    """{Product.key: seconds of one}, each distinct shape timed once."""
+    seconds = {}
+    for product in products:
+        if product.key not in seconds:
+            seconds[product.key] = product_seconds(product, repeats, strategy)
+    return seconds
 
 
 class Clock:
@@ -264,9 +407,13 @@ def run(args) -> None:
     flops = model_flops(hp, parameters, encoder_parameters, shape)
     print(f"parameters {parameters:,}; model FLOPs per step {flops / 1e12:.4f} T", flush=True)
     peaks = {"float32": [], "bfloat16": []}
+    products = step_products(hp, args.vocab_size, shape, strategy.num_replicas_in_sync)
+    product_times = []  # per round: {Product.key: seconds}
     for round_index in range(args.rounds):
         for name, value in measure_peaks(args.peak_repeats, strategy).items():
             peaks[name].append(value)
+        if args.product_repeats:
+            product_times.append(time_products(products, args.product_repeats, strategy))
         for runner in runners:
             runner.measure(args.warmup, args.steps)
         print(
@@ -279,6 +426,11 @@ def run(args) -> None:
         for name, values in peaks.items()
     }
     print_table(runners, flops, shape, peak)
+    if product_times:
+        seconds = {
+            key: statistics.median(r[key] for r in product_times) for key in product_times[0]
+        }
+        print_products(products, seconds, flops, peak["float32"][0], args.product_repeats)
 
 
 def print_table(runners: list, flops: float, shape: Shape, peak: dict) -> None:
@@ -306,6 +458,34 @@ def print_table(runners: list, flops: float, shape: Shape, peak: dict) -> None:
         )
 
 
+def print_products(products: list, seconds: dict, flops: float, peak: float, repeats: int):
+    """The step's products timed alone, grouped by layer kind, and their sum."""
+    print(
+        f"\nfloat32 matrix products of one step, timed alone at the step's shapes (median of "
+        f"{repeats} calls each, median over rounds) and multiplied by their count:"
+    )
+    print("| products | count | ms per step | GFLOP/s | of fp32 peak |")
+    print("|---|---|---|---|---|")
+    groups = {}
+    for product in products:
+        group = groups.setdefault(product.name.split(":")[0], [0, 0.0, 0.0])
+        group[0] += product.count
+        group[1] += product.count * seconds[product.key]
+        group[2] += product.flops
+    for name, (count, group_seconds, group_flops) in groups.items():
+        rate = group_flops / group_seconds
+        print(
+            f"| {name} | {count} | {group_seconds * 1e3:,.0f} | {rate / 1e9:.0f} | "
+            f"{rate / peak:.0%} |"
+        )
+    total = sum(group[1] for group in groups.values())
+    print(
+        f"products alone: {total:.3f} s per step; model FLOPs over that time "
+        f"{flops / total / 1e9:.0f} GFLOP/s, {flops / total / peak:.0%} of the float32 peak: "
+        f"a step running its products one after another and nothing else"
+    )
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hparams_set", default="transformer_base")
@@ -321,6 +501,12 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before each round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--peak_repeats", type=int, default=9)
+    parser.add_argument(
+        "--product_repeats",
+        type=int,
+        default=3,
+        help="calls per distinct float32 product of the step timed alone; 0 skips that part",
+    )
     parser.add_argument("--configs", default=CONFIGS, help="comma list of {xla,noxla}:POLICY")
     parser.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
