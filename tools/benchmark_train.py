@@ -221,18 +221,7 @@ def product_seconds(product: Product, repeats: int, strategy) -> float:
 
     pairs = strategy.experimental_distribute_values_from_function(operands)
     matmul = tf.function(lambda pairs: strategy.run(replica, args=pairs))
-
-    def call():
-        for corner in strategy.experimental_local_results(matmul(pairs)):
-            corner.numpy()
-
-    call()
-    times = []
-    for _ in range(repeats):
-        clock = Clock()
-        call()
-        times.append(clock.stop()[0])
-    return statistics.median(times)
+    return statistics.median(wall for wall, _ in time_calls(matmul, pairs, repeats, strategy))
 
 
 def time_products(products: list, repeats: int, strategy) -> dict:
@@ -259,6 +248,25 @@ class Clock:
         return time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
+def time_calls(function, pairs, repeats: int, strategy) -> list:
+    """(wall, CPU) seconds of `repeats` calls of `function(pairs)`, after one untimed call.
+
+    Each call ends when every replica's result has been copied to the host.
+    """
+
+    def call():
+        for result in strategy.experimental_local_results(function(pairs)):
+            result.numpy()
+
+    call()
+    times = []
+    for _ in range(repeats):
+        clock = Clock()
+        call()
+        times.append(clock.stop())
+    return times
+
+
 def matmul_peak(dtype: tf.DType, size: int, repeats: int, strategy) -> tuple:
     """(wall, CPU) FLOP rates of a compiled `size`^3 matmul, median of `repeats` calls.
 
@@ -273,17 +281,7 @@ def matmul_peak(dtype: tf.DType, size: int, repeats: int, strategy) -> tuple:
 
     pairs = strategy.experimental_distribute_values_from_function(operands)
     matmul = tf.function(lambda pairs: strategy.run(lambda a, b: tf.matmul(a, b), args=pairs))
-
-    def call():
-        for product in strategy.experimental_local_results(matmul(pairs)):
-            product.numpy()
-
-    call()
-    times = []
-    for _ in range(repeats):
-        clock = Clock()
-        call()
-        times.append(clock.stop())
+    times = time_calls(matmul, pairs, repeats, strategy)
     flops = 2.0 * size**3 * strategy.num_replicas_in_sync
     return tuple(flops / statistics.median(t[i] for t in times) for i in (0, 1))
 
