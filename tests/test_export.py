@@ -208,21 +208,28 @@ def test_beam_size_and_alpha_per_request(fresh, run, sentences, reference):
     assert "choose one of [1, 2]" in fresh["bad_beam"]
 
 
-@pytest.fixture(scope="module")
-def searches(run):
-    """{stop_early: search(sentences) -> (ids [B, K, L], scores [B, K])} in this process."""
+def _searches(run, change=lambda model: model):
+    """{stop_early: search(sentences) -> (ids [B, K, L], scores [B, K])} in this process,
+    with the trained model of `run` after `change`."""
     trained = load_trained_model(PROBLEM, "", run)
+    model = change(trained.model)
     encoder = trained.problem.encoders("")["inputs"]
     found = {}
     for stop_early in (True, False):
         config = SearchConfig(
             beam_size=BEAM, alpha=ALPHA, extra_length=EXTRA, stop_early=stop_early
         )
-        translator = Translator(trained.model, config)
+        translator = Translator(model, config)
         found[stop_early] = lambda lines, t=translator: tuple(
             x.numpy() for x in t.search(pad_batch([encoder.encode(s) for s in lines]))
         )
     return found
+
+
+@pytest.fixture(scope="module")
+def searches(run):
+    """`_searches` of the trained model."""
+    return _searches(run)
 
 
 def _without_eos(model):
@@ -249,20 +256,8 @@ def _without_eos(model):
 
 @pytest.fixture(scope="module")
 def searches_without_eos(run):
-    """As `searches`, for the trained model changed by `_without_eos`."""
-    trained = load_trained_model(PROBLEM, "", run)
-    model = _without_eos(trained.model)
-    encoder = trained.problem.encoders("")["inputs"]
-    found = {}
-    for stop_early in (True, False):
-        config = SearchConfig(
-            beam_size=BEAM, alpha=ALPHA, extra_length=EXTRA, stop_early=stop_early
-        )
-        translator = Translator(model, config)
-        found[stop_early] = lambda lines, t=translator: tuple(
-            x.numpy() for x in t.search(pad_batch([encoder.encode(s) for s in lines]))
-        )
-    return found
+    """`_searches` of the trained model changed by `_without_eos`."""
+    return _searches(run, _without_eos)
 
 
 @pytest.fixture(scope="module")
