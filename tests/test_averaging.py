@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import shared_run_folder
 
 from t2t_lite.inference import load_trained_model
 from t2t_lite.training.averaging import PROVENANCE_FILE, average_last_checkpoints
@@ -39,8 +40,9 @@ def trained_tiny_run(tmp_path_factory):
 
     Width 32 (the decoding tests' reverse run has 64), checkpoints at steps 2, 4, 6 and 8.
     """
-    output_dir = tmp_path_factory.getbasetemp() / "algorithmic_reverse_tiny_cli_run"
-    if tf.train.latest_checkpoint(str(output_dir)) is None:
+    with shared_run_folder(tmp_path_factory, "algorithmic_reverse_tiny_cli_run") as output_dir:
+        if tf.train.latest_checkpoint(str(output_dir)) is not None:
+            return output_dir
         done = run_module(
             "t2t_lite.trainer",
             "--problem=algorithmic_reverse",

@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import shared_run_folder
 
 from t2t_lite import hparams
 from t2t_lite.decoding import NEG_INF, beam_search
@@ -32,19 +33,19 @@ REVERSE_STEPS = 1000
 
 def trained_reverse_run(tmp_path_factory):
     """An algorithmic_reverse run of REVERSE_STEPS steps, trained once per test session."""
-    output_dir = tmp_path_factory.getbasetemp() / "algorithmic_reverse_run"
-    if tf.train.latest_checkpoint(str(output_dir)) is None:
-        hp = hparams.override(hparams.get("transformer_tiny"), REVERSE_HPARAMS)
-        config = trainer.RunConfig(
-            problem="algorithmic_reverse",
-            output_dir=str(output_dir),
-            train_steps=REVERSE_STEPS,
-            eval_steps=1,
-            eval_every=REVERSE_STEPS,
-            save_every=REVERSE_STEPS,
-            log_every=REVERSE_STEPS,
-        )
-        trainer.train_and_evaluate(config, hp, printer=lambda line: None)
+    with shared_run_folder(tmp_path_factory, "algorithmic_reverse_run") as output_dir:
+        if tf.train.latest_checkpoint(str(output_dir)) is None:
+            hp = hparams.override(hparams.get("transformer_tiny"), REVERSE_HPARAMS)
+            config = trainer.RunConfig(
+                problem="algorithmic_reverse",
+                output_dir=str(output_dir),
+                train_steps=REVERSE_STEPS,
+                eval_steps=1,
+                eval_every=REVERSE_STEPS,
+                save_every=REVERSE_STEPS,
+                log_every=REVERSE_STEPS,
+            )
+            trainer.train_and_evaluate(config, hp, printer=lambda line: None)
     return output_dir
 
 
