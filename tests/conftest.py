@@ -8,10 +8,6 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if "PYTEST_XDIST_WORKER" in os.environ:
-    # Two test workers share the machine's cores: one compute thread per op each (and in
-    # the commands they start), instead of two pools contending for the same cores.
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 
 import tensorflow as tf  # noqa: E402
 
