@@ -29,6 +29,21 @@ def load_script():
     return module
 
 
+def assert_rate_matches_step_time(row, tokens):
+    """The row's tok/s x s/step is the step's tokens, up to the rounding of both figures.
+
+    s/step is printed to 3 decimals (off by up to 0.0005 s), tok/s to a whole number (off
+    by up to 0.5 tok/s): their product is off by up to 0.0005 x tok/s + 0.5 x s/step, plus
+    the product of the two errors.
+    """
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    seconds, tokens_per_second = float(cells[2]), float(cells[4].replace(",", ""))
+    assert seconds > 0
+    bound = 0.5 * seconds + 0.0005 * tokens_per_second + 0.00025
+    assert tokens_per_second * seconds == pytest.approx(tokens, abs=bound)
+    return cells
+
+
 def test_model_flops_of_transformer_base_from_the_paper_structure():
     script = load_script()
     hp = hparams.get("transformer_base")
@@ -113,11 +128,7 @@ def test_tiny_run_prints_a_row_per_configuration(capsys):
         "| noxla:float32", "| xla:float32", "| noxla:mixed_bfloat16",
     ]  # fmt: skip
     for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        seconds, tokens_per_second = float(cells[2]), float(cells[4].replace(",", ""))
-        # s/step is printed to 3 decimals: tok/s x s/step is 32 up to that rounding.
-        assert seconds > 0
-        assert tokens_per_second * seconds == pytest.approx(32, abs=0.0005 * tokens_per_second + 1)
+        cells = assert_rate_matches_step_time(row, 32)
         assert cells[6].endswith("%") and cells[-1].endswith("x")
     # The products timed alone: a row per kind of layer, as many products as the tiny
     # model runs (three per weight matrix, six per attention block), and a total.
@@ -150,11 +161,7 @@ def test_two_cpu_replicas_split_the_sentences_and_count_the_whole_batch():
     # of the 4 sentences (64 if each were fed the whole batch).
     assert "the step counts 32 target tokens over all replicas" in out
     (row,) = [line for line in out.splitlines() if line.startswith("| noxla:float32")]
-    cells = [cell.strip() for cell in row.strip("|").split("|")]
-    seconds, tokens_per_second = float(cells[2]), float(cells[4].replace(",", ""))
-    # Both are printed rounded: tok/s to a whole number, s/step to 3 decimals.
-    bound = 0.5 * seconds + 0.0005 * tokens_per_second + 0.001
-    assert tokens_per_second * seconds == pytest.approx(32, abs=bound)
+    assert_rate_matches_step_time(row, 32)
 
 
 def test_cpu_replicas_that_do_not_divide_the_sentences_are_refused():
