@@ -40,7 +40,9 @@ def test_schedule_serialises():
     assert float(restored(123)) == pytest.approx(float(schedule(123)))
 
 
-def test_label_smoothed_loss_by_hand():
+@pytest.mark.parametrize("compiled", [True, False], ids=["training", "evaluation"])
+def test_label_smoothed_loss_by_hand(compiled):
+    # Both ways of computing the sums: XLA programs (training) and plain ops (evaluation).
     # One sentence, vocabulary 3, eps = 0.1.
     # Token 1: uniform logits, label 2: -log p = log 3 for every class, so every term is log 3.
     # Token 2: logits (0, log 2, 0) -> p = (1/4, 1/2, 1/4), label 1:
@@ -48,7 +50,7 @@ def test_label_smoothed_loss_by_hand():
     # Token 3: label 0 is padding and must not count.
     logits = tf.constant([[[0.0, 0.0, 0.0], [0.0, math.log(2), 0.0], [5.0, -1.0, 2.0]]])
     labels = tf.constant([[2, 1, 0]])
-    stats = token_statistics(logits, labels, label_smoothing=0.1)
+    stats = token_statistics(logits, labels, label_smoothing=0.1, compiled=compiled)
     log2, log3 = math.log(2), math.log(3)
     expected_loss = log3 + (0.9 * log2 + 0.1 * (5.0 / 3.0) * log2)
     assert float(stats["tokens"]) == 2.0
@@ -56,6 +58,17 @@ def test_label_smoothed_loss_by_hand():
     assert float(stats["loss"]) == pytest.approx(expected_loss, rel=1e-6)
     # Argmax hits: token 1 is a three-way tie (argmax 0, label 2), token 2 hits.
     assert float(stats["correct"]) == 1.0
+
+
+def test_evaluation_sums_carry_no_gradient():
+    logits = tf.Variable(tf.random.stateless_normal([2, 3, 5], seed=[1, 2]))
+    labels = tf.constant([[1, 2, 0], [3, 4, 4]])
+    with tf.GradientTape(persistent=True) as tape:
+        trained = token_statistics(logits, labels, 0.1)["loss"]
+        evaluated = token_statistics(logits, labels, 0.1, compiled=False)["loss"]
+    assert float(trained) == pytest.approx(float(evaluated), rel=1e-6)
+    assert tape.gradient(trained, logits) is not None
+    assert tape.gradient(evaluated, logits) is None
 
 
 def test_loss_ignores_padding_columns():

@@ -238,7 +238,7 @@ class TrainStep:
 
     def _replica_evaluate(self, batch):
         logits = self.model(batch, training=False)
-        stats = token_statistics(logits, batch["targets"], self.label_smoothing)
+        stats = token_statistics(logits, batch["targets"], self.label_smoothing, compiled=False)
         context = tf.distribute.get_replica_context()
         return dict(zip(EVAL_KEYS, context.all_reduce(SUM, [stats[k] for k in EVAL_KEYS])))
 
