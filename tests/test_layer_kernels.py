@@ -201,7 +201,8 @@ def _reference_loss(logits, labels, eps):
 
 @pytest.mark.parametrize("eps", [0.1, 0.0])
 @pytest.mark.parametrize("jit", [False, True])
-def test_cross_entropy_gradient_equals_autodiff(eps, jit):
+@pytest.mark.parametrize("compiled", [True, False], ids=["xla_programs", "plain_ops"])
+def test_cross_entropy_gradient_equals_autodiff(eps, jit, compiled):
     logits = tf.constant(_randn(3, 6, 50, seed=18, scale=4.0))
     labels = np.random.default_rng(19).integers(1, 50, (3, 6))
     labels[0, 4:] = 0  # padding carries neither loss nor gradient
@@ -210,7 +211,7 @@ def test_cross_entropy_gradient_equals_autodiff(eps, jit):
     def both(z):
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(z)
-            loss, nll = cross_entropy_sums(z, labels, eps)
+            loss, nll = cross_entropy_sums(z, labels, eps, compiled)
             scaled = 3.0 * loss  # an upstream gradient other than 1 (loss scaling)
             reference = 3.0 * _reference_loss(z, labels, eps)
         return loss, reference / 3.0, tape.gradient(scaled, z), tape.gradient(reference, z)

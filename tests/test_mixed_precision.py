@@ -171,7 +171,8 @@ def _op_dtypes(graph: tf.Graph, op_types: set) -> list:
     return [(op.type, op.get_attr("T")) for op in graph.get_operations() if op.type in op_types]
 
 
-def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights):
+@pytest.mark.parametrize("compiled", [True, False], ids=["xla_programs", "plain_ops"])
+def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights, compiled):
     model = build_transformer(dataclasses.replace(HP, dtype_policy="mixed_bfloat16"), VOCAB)
     model.set_weights(initial_weights)
     batch = _batches(1)[0]
@@ -180,7 +181,8 @@ def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights):
     @tf.function(input_signature=[spec])
     def loss_and_gradients(features):
         with tf.GradientTape() as tape:
-            stats = token_statistics(model(features, training=True), features["targets"], 0.1)
+            logits = model(features, training=True)
+            stats = token_statistics(logits, features["targets"], 0.1, compiled=compiled)
         return stats, tape.gradient(stats["loss"], model.trainable_variables)
 
     graph = loss_and_gradients.get_concrete_function().graph
@@ -190,15 +192,22 @@ def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights):
     assert len(softmaxes) >= 6
     assert {dtype for _, dtype in softmaxes} == {tf.float32}
     assert tf.bfloat16 in {dtype for _, dtype in products}
-    # The loss's compiled forward and backward programs take float32 logits.
     loss_calls = [
         op
         for op in graph.get_operations()
         if "f" in op.node_def.attr
         and re.search(r"_(forward|backward)", op.node_def.attr["f"].func.name)
     ]
-    assert len(loss_calls) == 2
-    assert all(op.inputs[0].dtype == tf.float32 for op in loss_calls)
+    if compiled:
+        # The loss's compiled forward and backward programs take float32 logits.
+        assert len(loss_calls) == 2
+        assert all(op.inputs[0].dtype == tf.float32 for op in loss_calls)
+    else:
+        # Plain ops: the loss's exponential and logarithm (and their gradients) in float32.
+        assert not loss_calls
+        loss_ops = _op_dtypes(graph, {"Exp", "Log"})
+        assert {op_type for op_type, _ in loss_ops} == {"Exp", "Log"}
+        assert {dtype for _, dtype in loss_ops} == {tf.float32}
 
     logits = model(batch, training=False)
     assert logits.dtype == tf.float32

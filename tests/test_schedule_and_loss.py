@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.training import TransformerSchedule
-from t2t_lite.training.loss import token_statistics
+from t2t_lite.training.loss import COMPILED_MIN_VOCAB, token_statistics
 
 
 @pytest.mark.parametrize(
@@ -60,15 +60,30 @@ def test_label_smoothed_loss_by_hand(compiled):
     assert float(stats["correct"]) == 1.0
 
 
-def test_evaluation_sums_carry_no_gradient():
-    logits = tf.Variable(tf.random.stateless_normal([2, 3, 5], seed=[1, 2]))
-    labels = tf.constant([[1, 2, 0], [3, 4, 4]])
-    with tf.GradientTape(persistent=True) as tape:
-        trained = token_statistics(logits, labels, 0.1)["loss"]
-        evaluated = token_statistics(logits, labels, 0.1, compiled=False)["loss"]
-    assert float(trained) == pytest.approx(float(evaluated), rel=1e-6)
-    assert tape.gradient(trained, logits) is not None
-    assert tape.gradient(evaluated, logits) is None
+def _compiled_programs(vocab_size: int) -> set:
+    """Names of the XLA-compiled functions a traced loss and gradient call."""
+    logits = tf.TensorSpec([None, None, vocab_size], tf.float32)
+
+    @tf.function(input_signature=[logits, tf.TensorSpec([None, None], tf.int32)])
+    def loss_and_gradient(z, labels):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            loss = token_statistics(z, labels, 0.1, accuracy=False)["loss"]
+        return tape.gradient(loss, z)
+
+    graph = loss_and_gradient.get_concrete_function().graph.as_graph_def()
+    return {
+        function.signature.name
+        for function in graph.library.function
+        if function.attr["_XlaMustCompile"].b
+    }
+
+
+def test_loss_is_compiled_by_default_only_for_a_real_vocabulary():
+    # A dozen symbols: plain ops, nothing compiled per batch shape. A subword vocabulary:
+    # the forward and the written-out backward programs.
+    assert _compiled_programs(13) == set()
+    assert len(_compiled_programs(COMPILED_MIN_VOCAB)) == 2
 
 
 def test_loss_ignores_padding_columns():

@@ -35,9 +35,17 @@ def _backward(logits, labels, label_smoothing, top, total, upstream):
 _forward_compiled = tf.function(_forward, jit_compile=True)
 _backward_compiled = tf.function(_backward, jit_compile=True)
 
+# The smallest vocabulary for which the XLA programs are used by default. They compile
+# once per [B, T, V] shape (tenths of a second on a CPU) and then save passes over the
+# logits, a saving that grows with V: `tools/benchmark_loss.py` prints both ways side by
+# side. For the generated problems' dozen symbols the saving is a fraction of a
+# millisecond per update, which thousands of updates do not turn into the seconds that
+# compiling every bucket's shape costs.
+COMPILED_MIN_VOCAB = 1000
+
 
 def cross_entropy_sums(
-    logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float, compiled: bool = True
+    logits: tf.Tensor, labels: tf.Tensor, label_smoothing: float, compiled: bool | None = None
 ) -> tuple:
     """Label-smoothed cross-entropy and negative log-likelihood, summed over tokens.
 
@@ -45,31 +53,34 @@ def cross_entropy_sums(
     q'(k) = (1 - eps) * [k = label] + eps / K (Szegedy et al., 2016, as cited in
     section 5.4), and the token loss is the cross-entropy H(q', p).
 
-    The gradient with respect to the logits is written out rather than derived through
-    log-softmax: per non-padding token it is p - q', with p the model's softmax. The
-    forward program keeps two numbers per token (max logit and softmax normaliser);
-    the backward program recomputes p from them and the logits. So the [B, T, V]
-    logits are read three times forward and once backward, and nothing of that size
-    is written but the gradient (differentiating the formula through log-softmax
+    Compiled, the gradient with respect to the logits is written out rather than
+    derived through log-softmax: per non-padding token it is p - q', with p the model's
+    softmax. The forward program keeps two numbers per token (max logit and softmax
+    normaliser); the backward program recomputes p from them and the logits. So the
+    [B, T, V] logits are read three times forward and once backward, and nothing of that
+    size is written but the gradient (differentiating the formula through log-softmax
     reads and writes it about ten times). Only the loss sum carries a gradient.
 
     Args:
         logits: float32 [B, T, V] scores.
         labels: int32 [B, T] target ids, 0 = padding.
         label_smoothing: eps in [0, 1).
-        compiled: run the forward and backward programs through XLA, which compiles
-            them once per [B, T, V] shape: worth it in training, where each bucket's
-            shape recurs for the whole run. False computes the same sums with plain
-            TensorFlow ops and no gradient: for an evaluation pass, which meets many
-            shapes (dev sentences beyond the last bucket keep their own lengths) only
-            a few times each.
+        compiled: True runs the forward and backward programs through XLA, which
+            compiles them once per [B, T, V] shape: worth it in training with a real
+            vocabulary, where each bucket's shape recurs for the whole run. False
+            computes the same sums with plain TensorFlow ops (gradient by autodiff):
+            for an evaluation pass, which meets many shapes (dev sentences beyond the
+            last bucket keep their own lengths) a few times each. None: compiled when
+            V >= `COMPILED_MIN_VOCAB`.
 
     Returns:
         (smoothed cross-entropy sum, negative log-likelihood sum), float32 scalars.
     """
+    if compiled is None:
+        compiled = logits.shape[-1] is not None and logits.shape[-1] >= COMPILED_MIN_VOCAB
     if not compiled:
         loss, nll, _, _ = _forward(logits, labels, label_smoothing)
-        return tf.stop_gradient(loss), tf.stop_gradient(nll)
+        return loss, tf.stop_gradient(nll)
 
     @tf.custom_gradient
     def sums(z):
@@ -88,7 +99,7 @@ def token_statistics(
     labels: tf.Tensor,
     label_smoothing: float,
     accuracy: bool = True,
-    compiled: bool = True,
+    compiled: bool | None = None,
 ) -> dict:
     """Sums of the training loss and of the unsmoothed metrics over non-padding tokens.
 
@@ -99,13 +110,14 @@ def token_statistics(
         accuracy: also count argmax hits. The argmax is one more pass over the
             [B, T, V] logits (about 0.6% of a transformer_base update on 2 CPU cores),
             so the training step, which logs no accuracy, leaves it out.
-        compiled: see `cross_entropy_sums`; False for evaluation (no gradient).
+        compiled: see `cross_entropy_sums` (None: by vocabulary size); the
+            evaluation step passes False.
 
     Returns:
         {"loss": smoothed cross-entropy sum, "nll": negative log-likelihood sum,
          "correct": argmax hits (a tie for the top goes to the lowest id; only with
          `accuracy`), "tokens": non-padding count}, float32 scalars. Only "loss" has
-         a gradient, and only when `compiled`.
+         a gradient.
     """
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
