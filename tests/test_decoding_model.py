@@ -22,11 +22,13 @@ from t2t_lite.training import trainer
 EOS = 1
 SMALL = "hidden_size=32,filter_size=64,num_heads=2"
 # A transformer_tiny variant that learns algorithmic_reverse (inputs of up to 15 symbols)
-# in a thousand steps (about 97% of 300 random inputs of up to 6 symbols reversed exactly);
+# in a thousand steps: 197 of 200 random inputs of up to 14 symbols reversed exactly in one
+# run. Pre-norm: with post-norm, how far this short schedule gets by step 1,000 varied
+# with rounding (21 of 32 short inputs reversed in one run, about 97% in another).
 # tests/test_decoder.py trains the same run.
 REVERSE_HPARAMS = (
     "hidden_size=64,filter_size=256,num_heads=4,batch_size=1024,max_length=16,dropout=0.0,"
-    "label_smoothing=0.0,learning_rate=0.5,warmup_steps=400"
+    "label_smoothing=0.0,learning_rate=0.5,warmup_steps=400,normalize_first=True"
 )
 REVERSE_STEPS = 1000
 
@@ -131,7 +133,7 @@ def test_cached_beam_search_equals_uncached_on_a_trained_model(trained_model):
     assert (scores[:, 0] > NEG_INF / 2).all()
     assert [(row[1:] == EOS).any() for row in ids[:, 0]] == [True] * 5
     assert_same_search((ids, scores), uncached_beam_search(model, inputs, 4, 0.6, 5))
-    # And it learned the task: most short inputs come back reversed (about 97% of them).
+    # And it learned the task: most short inputs come back reversed (all 32 in one run).
     lengths = np.random.default_rng(8).integers(1, 7, size=32)
     short = random_inputs(np.random.default_rng(9), 12, lengths)
     best = Translator(model, SearchConfig(beam_size=4, extra_length=5)).search(short)[0][:, 0]
