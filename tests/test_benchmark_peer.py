@@ -38,7 +38,13 @@ def test_t2t_lite_process_reports_the_paper_formula_and_its_own_timing():
     # The small set: 2+2 layers, D 256; 4 sentences of 8 + 8 tokens. With equal source and
     # target lengths every parameter meets 32 tokens: 6 x P x 32, plus 3 x 4 x B x D per
     # query-key pair of the 2 encoder self-, 2 decoder self- and 2 cross-attention blocks.
-    parameters = report["parameters"]
+    # Parameters by hand (post-norm, tied 50 x 256 embedding, no final layer norm): an
+    # attention block 4 x (256 x 256 + 256), the FFN 256 x 1024 + 1024 + 1024 x 256 + 256,
+    # a layer norm 2 x 256; encoder layers 1 attention + FFN + 2 norms, decoder layers
+    # 2 attentions + FFN + 3 norms.
+    attention, ffn, norm = 4 * (256 * 256 + 256), 2 * 256 * 1024 + 1024 + 256, 2 * 256
+    parameters = 50 * 256 + 2 * (attention + ffn + 2 * norm) + 2 * (2 * attention + ffn + 3 * norm)
+    assert report["parameters"] == parameters == 3_699_200
     pairs = 2 * 8 * 8 + 2 * (8 * 8 + 8 * 8)
     assert report["model_flops"] == pytest.approx(6 * parameters * 32 + 12 * 4 * 256 * pairs)
     assert report["implementation"].startswith("t2t_lite ")

@@ -112,6 +112,7 @@ def child_t2t_lite(args) -> dict:
     import benchmark_train as bench
     import tensorflow as tf
 
+    import t2t_lite
     from t2t_lite import hparams as hparams_lib
     from t2t_lite.training import host_memory
 
@@ -127,8 +128,6 @@ def child_t2t_lite(args) -> dict:
     model = runner.model
     parameters = model.count_params()
     encoder_parameters = sum(layer.count_params() for layer in model.encoder_layers)
-    import t2t_lite
-
     return {
         "implementation": f"t2t_lite {t2t_lite.__version__} (TF {tf.__version__})",
         "parameters": parameters,
