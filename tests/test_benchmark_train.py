@@ -151,7 +151,7 @@ def test_two_cpu_replicas_split_the_sentences_and_count_the_whole_batch():
         "--hparams=hidden_size=32,filter_size=64,num_heads=2",
         "--vocab_size=100", "--sentences=4", "--source_length=8", "--target_length=8",
         "--steps=1", "--warmup=0", "--rounds=1", "--peak_repeats=1",
-        "--configs=noxla:float32", "--cpu_replicas=2",
+        "--configs=noxla:float32", "--cpu_replicas=2", "--product_repeats=0",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -162,6 +162,22 @@ def test_two_cpu_replicas_split_the_sentences_and_count_the_whole_batch():
     assert "the step counts 32 target tokens over all replicas" in out
     (row,) = [line for line in out.splitlines() if line.startswith("| noxla:float32")]
     assert_rate_matches_step_time(row, 32)
+    # The gradients' all-reduce timed alone, both ways, over every trainable weight:
+    # 2+2 layers of D 32 (d_ff 64) and a tied 100 x 32 embedding, counted by hand as in
+    # test_model_flops_of_transformer_base_from_the_paper_structure.
+    d, d_ff = 32, 64
+    attention, ffn = 4 * (d * d + d), 2 * d * d_ff + d_ff + d
+    weights = 100 * d + 2 * (attention + ffn + 2 * 2 * d) + 2 * (2 * attention + ffn + 3 * 2 * d)
+    assert weights == 45_952
+    line = re.search(
+        r"all-reduce of the step's ([\d,]+) gradient values over 2 replicas, timed alone "
+        r"\(median of 1 calls\): ([\d.]+) ms by reduction to one device \(the trainer's\), "
+        r"([\d.]+) ms by a ring collective",
+        out,
+    )
+    assert line, out[-2000:]
+    assert int(line[1].replace(",", "")) == weights
+    assert float(line[2]) > 0 and float(line[3]) > 0
 
 
 def test_cpu_replicas_that_do_not_divide_the_sentences_are_refused():

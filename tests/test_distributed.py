@@ -353,6 +353,25 @@ def test_two_replicas_with_accumulation_match_one_device_on_the_union(initial_we
     _assert_same_training(accumulated, reference, initial_weights)
 
 
+def test_cpu_replicas_sum_by_one_add_without_a_collective():
+    # Logical CPU devices share host memory: the sum is one add (on the first device),
+    # which the other replica reads, not a ring collective over both.
+    strategy = _mirrored()
+    values = strategy.experimental_distribute_values_from_function(
+        lambda context: tf.fill([3], float(context.replica_id_in_sync_group + 1))
+    )
+
+    def replica(value):
+        return tf.distribute.get_replica_context().all_reduce("sum", value)
+
+    reduce = tf.function(lambda values: strategy.run(replica, args=(values,)))
+    for result in strategy.experimental_local_results(reduce(values)):
+        assert result.numpy().tolist() == [3.0, 3.0, 3.0]
+    operations = reduce.get_concrete_function(values).graph.get_operations()
+    assert not [op.type for op in operations if op.type.startswith("Collective")]
+    assert [op.type for op in operations if op.type in ("AddN", "AddV2")] == ["AddN"]
+
+
 def test_make_strategy_refuses_contradictory_flags():
     with pytest.raises(ValueError, match="cpu_replicas=2.*one_device"):
         distribute.make_strategy("one_device", cpu_replicas=2)

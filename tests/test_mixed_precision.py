@@ -1,4 +1,4 @@
-"""Mixed precision and XLA in the training step: fewer bits and one compilation per shape.
+"""Mixed precision and XLA in the training step: fewer bits, the same updates.
 
 - A mixed_bfloat16 run's and a mixed_float16 run's per-token loss track the float32 run's
   pass by pass over the same batches from the same initial weights, while all fall far
@@ -11,20 +11,15 @@
   loss equals a float64 recomputation from the model's own logits.
 - The XLA-compiled step makes the same update as the plain TensorFlow step, and the
   optimizer's fused Adam kernel makes the same update as Keras's Adam.
-- Over a length-bucketed dataset, XLA compiles the step once per distinct batch shape
-  (counted from XLA's own dump of the modules it compiled, in a fresh process) and
-  TensorFlow traces it once.
+
+(That the trainer's XLA step compiles once per batch shape, counted from XLA's own dump,
+is tests/test_trainer.py's.)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -33,7 +28,6 @@ import tensorflow as tf
 
 from t2t_lite import hparams
 from t2t_lite.models import build_transformer
-from t2t_lite.problems import pipeline
 from t2t_lite.training.loss import token_statistics
 from t2t_lite.training.step import TrainStep, make_optimizer
 
@@ -268,87 +262,3 @@ def test_fused_adam_matches_keras_adam():
         assert np.abs(a.numpy() - w).max() > 1e-2
     for a, b in zip(fused.variables, stock.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-8)
-
-
-def _bucketed_dataset() -> tf.data.Dataset:
-    """Copy examples of 2..16 tokens batched by length into buckets [8, 16], twice over."""
-    rng = np.random.default_rng(3)
-    examples = []
-    for _ in range(30):
-        size = int(rng.integers(2, 17))
-        ids = np.append(rng.integers(2, VOCAB, size - 1), 1)
-        examples.append({"inputs": ids, "targets": ids})
-    spec = {key: tf.TensorSpec([None], tf.int64) for key in ("inputs", "targets")}
-    dataset = tf.data.Dataset.from_generator(lambda: iter(examples), output_signature=spec)
-    return dataset.apply(pipeline.batch_by_length([8, 16], batch_size=64)).repeat(2)
-
-
-def test_xla_step_sums_layer_norm_gradients_by_reductions():
-    """XLA compiles a ones-row product badly: the XLA step's graph has the two position
-    sums of every layer norm's gradient as reductions, the plain step as products."""
-    model = build_transformer(HP, VOCAB)
-    layer_norms = sum(weight.path.endswith("/gamma") for weight in model.weights)
-    assert layer_norms == 2 * HP.num_encoder_layers + 3 * HP.num_decoder_layers + (
-        2 if HP.normalize_first else 0
-    )
-    optimizer = make_optimizer(HP, LEARNING_RATE)
-    optimizer.build(model.trainable_variables)
-    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in ("inputs", "targets")}
-    products = {}
-    for jit in (False, True):
-        step = TrainStep(
-            model, optimizer, tf.distribute.get_strategy(), HP.label_smoothing, jit_compile=jit
-        )
-        graph = step._gradients.get_concrete_function(spec).graph
-        products[jit] = sum(op.type == "MatMul" for op in graph.get_operations())
-    assert products[False] - products[True] == 2 * layer_norms
-
-
-def _count_compilations_main(output: str) -> None:
-    """Child process: trains with XLA over `_bucketed_dataset`, writes what it saw."""
-    shapes = [
-        [int(b["targets"].shape[0]), int(b["inputs"].shape[1]), int(b["targets"].shape[1])]
-        for b in _bucketed_dataset()
-    ]
-    model = build_transformer(HP, VOCAB)
-    optimizer = make_optimizer(HP, LEARNING_RATE)
-    optimizer.build(model.trainable_variables)
-    strategy = tf.distribute.get_strategy()
-    step = TrainStep(model, optimizer, strategy, HP.label_smoothing, jit_compile=True)
-    iterator = iter(_bucketed_dataset())
-    for _ in shapes:
-        step.train(iterator)
-    report = {
-        "shapes": shapes,
-        "seen_shapes": step.seen_shapes.numpy().tolist(),
-        "train_traces": step.train.experimental_get_tracing_count(),
-        "gradient_traces": step._gradients.experimental_get_tracing_count(),
-    }
-    Path(output).write_text(json.dumps(report))
-
-
-def test_xla_compiles_once_per_batch_shape(tmp_path):
-    dump = tmp_path / "xla_dump"
-    output = tmp_path / "report.json"
-    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", TF_CPP_MIN_LOG_LEVEL="2")
-    process = subprocess.run(
-        [sys.executable, __file__, str(output)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert process.returncode == 0, process.stderr[-3000:]
-    report = json.loads(output.read_text())
-    shapes = {tuple(shape) for shape in report["shapes"]}
-    # Full and partial batches of two buckets, each met again on the second pass.
-    assert len(shapes) >= 3 and len(report["shapes"]) >= 2 * len(shapes)
-    modules = {re.match(r"module_(\d+)\.", name).group(1) for name in os.listdir(dump)}
-    assert len(modules) == len(shapes)
-    assert report["train_traces"] == 1 and report["gradient_traces"] == 1
-    # The step's own record of the shapes it met, in the order met.
-    assert report["seen_shapes"] == list(map(list, dict.fromkeys(map(tuple, report["shapes"]))))
-
-
-if __name__ == "__main__":
-    _count_compilations_main(sys.argv[1])

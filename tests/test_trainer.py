@@ -190,11 +190,18 @@ def test_default_on_cpu_is_one_traced_step_without_xla(finished_run):
 
 
 @pytest.mark.slow
-def test_xla_run_reports_its_bounded_compilations(tmp_path):
-    # max_length 10: buckets [8, 9, 10], batch sizes 25, 28, 25 (256 tokens).
-    lines = []
-    config = _config(tmp_path, train_steps=12, log_every=3, eval_every=12, jit_compile=True)
-    trainer.train_and_evaluate(config, _hp("max_length=10"), printer=lines.append)
+def test_xla_run_compiles_once_per_batch_shape_and_reports_it(tmp_path):
+    # max_length 10: buckets [8, 9, 10], batch sizes 25, 28, 25 (256 tokens). A fresh
+    # process, so that XLA's own dump of the modules it compiled can be counted.
+    dump, output_dir = tmp_path / "xla_dump", tmp_path / "run"
+    result = _cli(
+        "--problem=algorithmic_copy", f"--hparams={TINY},max_length=10", "--train_steps=12",
+        "--log_every=3", "--eval_every=12", "--eval_steps=2", "--save_every=12",
+        "--jit_compile", f"--output_dir={output_dir}",
+        env={"XLA_FLAGS": f"--xla_dump_to={dump}"}, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
     assert (
         lines.count(
             "train step: XLA, compiled once per batch shape: at most 3 shapes "
@@ -212,8 +219,16 @@ def test_xla_run_reports_its_bounded_compilations(tmp_path):
     # Copy examples of 1..40 symbols + EOS, filtered to <= 10 tokens: all three buckets
     # come up within 12 updates, each compiled once, reported when the count grows.
     assert counts == sorted(set(counts)) and counts[-1] == 3
-    compiled = _events(tmp_path / "train")["xla_compilations"]
+    compiled = _events(output_dir / "train")["xla_compilations"]
     assert compiled == [3, 6, 9, 12]
+    # XLA compiled exactly three modules, all of them the gradient function: no retracing,
+    # and nothing compiled twice for a shape met again.
+    modules = {}
+    for name in os.listdir(dump):
+        match = re.match(r"module_(\d+)\.([^.]+)\.", name)
+        modules[match[1]] = match[2]
+    assert len(modules) == 3, sorted(modules.items())
+    assert all("_gradients_fn_" in function for function in modules.values()), modules
 
 
 def test_float16_run_logs_its_loss_scale_and_counts_only_applied_updates(tmp_path):
@@ -328,8 +343,8 @@ def test_resume_with_another_problem_is_refused(finished_run):
         trainer.train_and_evaluate(_config(output_dir, problem="algorithmic_reverse"), _hp())
 
 
-def _cli(*args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _cli(*args, timeout=300, env=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "t2t_lite.trainer", *args],
         capture_output=True,

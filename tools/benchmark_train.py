@@ -15,7 +15,9 @@ achieved model FLOP/s and its share of the matmul peaks.
 `--cpu_replicas=N` mirrors every step over N logical CPU devices as the trainer's flag
 of that name does (each replica takes 1/N of the sentences; the table counts the whole
 batch), so that N single-threaded replicas (`--intra_op_threads=1`) can be compared with
-one replica on all threads.
+one replica on all threads. The gradients' all-reduce is then also timed alone
+(`--peak_repeats` calls), the trainer's reduction to one device beside the ring
+collective MirroredStrategy would use on CPUs.
 
 Like the trainer, the script first has glibc's malloc keep freed memory
 (`host_memory.retain_freed_memory`); `--malloc_defaults` leaves malloc alone, to measure
@@ -295,6 +297,38 @@ def measure_peaks(repeats: int, strategy) -> dict:
     }
 
 
+def all_reduce_seconds(shapes: list, repeats: int, strategy) -> float:
+    """Wall seconds of summing one float32 tensor per shape over `strategy`'s replicas.
+
+    The gradients' all-reduce of a training step, alone: median of `repeats` calls.
+    """
+
+    def values(_):
+        return [tf.random.normal(shape) for shape in shapes]
+
+    def replica(*tensors):
+        summed = tf.distribute.get_replica_context().all_reduce("sum", list(tensors))
+        return tf.add_n([tf.reshape(s, [-1])[:1] for s in summed])  # every sum made, one back
+
+    tensors = strategy.experimental_distribute_values_from_function(values)
+    reduce = tf.function(lambda tensors: strategy.run(replica, args=tuple(tensors)))
+    return statistics.median(wall for wall, _ in time_calls(reduce, tensors, repeats, strategy))
+
+
+def print_all_reduce(variables: list, repeats: int, strategy) -> None:
+    """The trainer's all-reduce of the step's gradients against a ring collective's."""
+    shapes = [tuple(variable.shape) for variable in variables]
+    ring = tf.distribute.MirroredStrategy(strategy.extended.worker_devices)
+    ours, theirs = (all_reduce_seconds(shapes, repeats, s) for s in (strategy, ring))
+    values = sum(int(np.prod(shape)) for shape in shapes)
+    print(
+        f"\nall-reduce of the step's {values:,} gradient values over "
+        f"{strategy.num_replicas_in_sync} replicas, timed alone (median of {repeats} calls): "
+        f"{ours * 1e3:.1f} ms by reduction to one device (the trainer's), "
+        f"{theirs * 1e3:.1f} ms by a ring collective (MirroredStrategy's CPU default)"
+    )
+
+
 def random_batch(vocab_size: int, shape: Shape, seed: int) -> dict:
     """Ids in [2, V) with no padding, so every position counts as a target token."""
     rng = np.random.default_rng(seed)
@@ -424,6 +458,8 @@ def run(args) -> None:
         for name, values in peaks.items()
     }
     print_table(runners, flops, shape, peak)
+    if strategy.num_replicas_in_sync > 1:
+        print_all_reduce(runners[0].step.variables, args.peak_repeats, strategy)
     if product_times:
         seconds = {
             key: statistics.median(r[key] for r in product_times) for key in product_times[0]
