@@ -262,3 +262,24 @@ def test_fused_adam_matches_keras_adam():
         assert np.abs(a.numpy() - w).max() > 1e-2
     for a, b in zip(fused.variables, stock.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-8)
+
+
+def test_xla_step_sums_layer_norm_gradients_by_reductions():
+    """XLA compiles a ones-row product badly: the XLA step's graph has the two position
+    sums of every layer norm's gradient as reductions, the plain step as products."""
+    model = build_transformer(HP, VOCAB)
+    layer_norms = sum(weight.path.endswith("/gamma") for weight in model.weights)
+    assert layer_norms == 2 * HP.num_encoder_layers + 3 * HP.num_decoder_layers + (
+        2 if HP.normalize_first else 0
+    )
+    optimizer = make_optimizer(HP, LEARNING_RATE)
+    optimizer.build(model.trainable_variables)
+    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in ("inputs", "targets")}
+    products = {}
+    for jit in (False, True):
+        step = TrainStep(
+            model, optimizer, tf.distribute.get_strategy(), HP.label_smoothing, jit_compile=jit
+        )
+        graph = step._gradients.get_concrete_function(spec).graph
+        products[jit] = sum(op.type == "MatMul" for op in graph.get_operations())
+    assert products[False] - products[True] == 2 * layer_norms
