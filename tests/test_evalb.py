@@ -100,8 +100,8 @@ def test_parameter_files():
         evalb.parse_params("CUTOFF_LEN forty\n")
 
 
-def _one(gold: str, test: str, params=evalb.COLLINS) -> evalb.SentenceResult:
-    return evalb.evalb_score([gold], [test], params).sentences[0]
+def _one(gold: str, test: str, params=evalb.COLLINS, **options) -> evalb.SentenceResult:
+    return evalb.evalb_score([gold], [test], params, **options).sentences[0]
 
 
 def test_crossing_brackets_hand_derived():
@@ -139,11 +139,81 @@ def test_deletion_outer_bracket_and_punctuation():
     gold = "( (S (NP (DT The) (NN dog)) (VP (VBZ barks) (NP (-NONE- *))) (. .)) )"
     test = "(TOP (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (, .)))"
     row = _one(gold, test)
-    # Brackets left: S[0,3) NP[0,2) VP[2,3) on both sides; the trace NP and '.' are deleted.
-    assert (row.status, row.gold, row.test, row.matched) == (evalb.OK, 3, 3, 3)
+    # The trace NP and '.' are deleted, and TOP (a DELETE_LABEL). Gold keeps its label-less
+    # outer bracket: [0,3) S[0,3) NP[0,2) VP[2,3); test S[0,3) NP[0,2) VP[2,3).
+    assert (row.status, row.gold, row.test, row.matched) == (evalb.OK, 4, 3, 3)
     assert (row.length, row.words, row.correct_tags) == (4, 3, 3)
+    row = _one(gold, test, ignore_outer_bracket=True)
+    assert (row.status, row.gold, row.test, row.matched) == (evalb.OK, 3, 3, 3)
     row = _one(gold, "(S (NP (DT The) (NN dog)) (VP (VBZ barks) (NN .)))")
     assert row.status == evalb.ERROR and row.message == "1 : Length unmatch (3|4)"
+
+
+# The same three-word sentence in PTB form (label-less outer bracket), as a plain S, and parsed
+# right-branching. After '.' is deleted (COLLINS.prm) the words are The dog barks, [0,3):
+#   PTB: ""[0,3) S[0,3) NP[0,2) VP[2,3)     S: S[0,3) NP[0,2) VP[2,3)
+#   RB:  S[0,3) S[1,3) S[2,3)               "( RB )": ""[0,3) S[0,3) S[1,3) S[2,3)
+# S[1,3) crosses NP[0,2) (0 < 1 < 2 < 3); a bracket over the whole sentence crosses nothing.
+PTB = "( (S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .)) )"
+PLAIN = "(S (NP (DT The) (NN dog)) (VP (VBZ barks)) (. .))"
+RB = "(S (DT The) (S (NN dog) (S (VBZ barks) (. .))))"
+
+
+@pytest.mark.parametrize(
+    "gold, test, counted, ignored",
+    [
+        # Both keep it: "" and S[0,3) match. Counted: 2 of 4 and 4, R = P = F = 50.
+        # Ignored: S[0,3) of 3 and 3, R = P = F = 33.33.
+        (PTB, f"( {RB} )", (2, 4, 4, 1), (1, 3, 3)),
+        # Gold only: "" is an unmatched gold bracket. R = 1/4 = 25, P = 1/3, F = 2/7 = 28.57.
+        (PTB, RB, (1, 4, 3, 1), (1, 3, 3)),
+        # Test only: an unmatched test bracket. R = 1/3, P = 1/4 = 25.
+        (PLAIN, f"( {RB} )", (1, 3, 4, 1), (1, 3, 3)),
+        # TOP is a DELETE_LABEL, the label-less bracket is not: as the row above.
+        (f"(TOP {PLAIN})", f"( {RB} )", (1, 3, 4, 1), (1, 3, 3)),
+        # "((S" reads like "( (S": label "" either way. Everything matches.
+        (PTB, f"({PLAIN})", (4, 4, 4, 0), (3, 3, 3)),
+        # Outer bracket around S and '.': once '.' is deleted it spans S's words, and still
+        # counts (its label differs from S's). Everything matches.
+        ("( (S (NP (DT The) (NN dog)) (VP (VBZ barks))) (. .) )", PTB, (4, 4, 4, 0), (3, 3, 3)),
+    ],
+)
+def test_outer_bracket_counts_unless_ignored_hand_derived(gold, test, counted, ignored):
+    """(matched, gold, test[, crossing]) with the label-less bracket counted (default), ignored."""
+    row = _one(gold, test)
+    assert row.status == evalb.OK
+    assert (row.matched, row.gold, row.test, row.crossing) == counted
+    row = _one(gold, test, ignore_outer_bracket=True)
+    assert (row.matched, row.gold, row.test) == ignored
+
+
+def test_outer_bracket_scores_and_unlabeled_hand_derived():
+    result = evalb.evalb_score([PTB, PTB], [f"( {RB} )", RB])
+    # 2 + 1 matched of 4 + 4 gold and 4 + 3 test: R = 37.5, P = 3/7, F = 2 * 3 / (8 + 7) = 40.
+    assert (result.all.recall, result.all.precision) == pytest.approx((37.5, 300 / 7))
+    assert result.f1 == pytest.approx(40.0)
+    assert evalb.bracket_f1([PTB], [RB]) == pytest.approx(100 * 2 / 7)
+    assert evalb.bracket_f1([PTB], [RB], ignore_outer_bracket=True) == pytest.approx(100 / 3)
+    unlabeled = dataclasses.replace(evalb.COLLINS, labeled=False)
+    # Spans only. Gold [0,3) twice ("" and S), [0,2), [2,3); test "( RB )" [0,3) twice, [1,3),
+    # [2,3): min(2, 2) + 1 = 3 of 4 and 4. RB alone has [0,3) once: 1 + 1 = 2 of 4 and 3.
+    row = _one(PTB, f"( {RB} )", unlabeled)
+    assert (row.matched, row.gold, row.test) == (3, 4, 4)
+    row = _one(PTB, RB, unlabeled)
+    assert (row.matched, row.gold, row.test) == (2, 4, 3)
+    row = _one(PTB, RB, unlabeled, ignore_outer_bracket=True)
+    assert (row.matched, row.gold, row.test) == (2, 3, 3)
+
+
+def test_inner_label_less_bracket_is_a_bracket_that_can_cross():
+    gold = "(S (A (P a)) ( (B (Q b)) (C (R c))))"
+    test = "(S (X (A (P a)) (B (Q b))) (C (R c)))"
+    # Gold S[0,3) A[0,1) ""[1,3) B[1,2) C[2,3); test S[0,3) X[0,2) A[0,1) B[1,2) C[2,3).
+    # 4 match (all but "" and X); X[0,2) crosses ""[1,3) (0 < 1 < 2 < 3). R = P = 80.
+    row = _one(gold, test)
+    assert (row.matched, row.gold, row.test, row.crossing) == (4, 5, 5, 1)
+    row = _one(gold, test, ignore_outer_bracket=True)
+    assert (row.matched, row.gold, row.test, row.crossing) == (4, 4, 5, 0)
 
 
 def test_skip_cutoff_and_max_error():
@@ -209,3 +279,30 @@ def test_debug_lists_brackets(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "  gold: S[0,4) A[0,1) B[1,4) A[2,4)\n" in err
     assert "  test: S[0,4) X[0,2) Y[2,4)\n" in err
+
+
+def test_command_line_outer_bracket_flag(tmp_path, capsys):
+    """The label-less bracket counted by default and dropped with --ignore_outer_bracket."""
+    gold, test = tmp_path / "gold", tmp_path / "test"
+    gold.write_text(f"{PTB}\n({PLAIN})\n")
+    test.write_text(f"( {RB} )\n{RB}\n")
+    # As in test_outer_bracket_scores_and_unlabeled_hand_derived: 3 matched of 8 gold and 7
+    # test brackets, R = 37.50, P = 42.86, F = 40.00.
+    assert evalb_cli.main([str(gold), str(test)]) == 0
+    out = capsys.readouterr().out
+    assert "Bracketing Recall         =  37.50\n" in out
+    assert "Bracketing Precision      =  42.86\n" in out
+    assert out.count("Bracketing FMeasure       =  40.00\n") == 2  # all and len<=40
+    assert evalb_cli.main(["-d", str(gold), str(test)]) == 0
+    assert "  gold: [0,3) S[0,3) NP[0,2) VP[2,3)\n" in capsys.readouterr().err
+    # Ignored: 1 + 1 matched of 3 + 3 on each side, R = P = F = 33.33; as the real command.
+    command = [sys.executable, "-m", "t2t_lite.evalb", "--ignore_outer_bracket"]
+    done = subprocess.run(
+        command + [str(gold), str(test)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ("Recall   ", "Precision", "FMeasure "):
+        assert done.stdout.count(f"Bracketing {name}      =  33.33\n") == 2
+    with pytest.raises(SystemExit):
+        evalb_cli.main(["-h"])
+    assert "--ignore_outer_bracket" in capsys.readouterr().out

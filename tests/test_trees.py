@@ -97,8 +97,14 @@ def test_preprocessed_wsj_matches_evalb_view_of_raw_trees(wsj_lines, wsj_trees):
     preterminal = re.compile(r"\((?!-NONE-)[^\s()]+ [^\s()]+\)")
     raw_words = sum(len(preterminal.findall(line)) for line in wsj_lines)
     assert sum(len(trees.words(tree)) for tree in processed) == raw_words
-    result = evalb.evalb_score(wsj_lines, processed, evalb.COLLINS)
-    # Identical but for the one disjunctive label ADVP|PRT, which EVALB keeps as a label.
+    # Preprocessing also removes the label-less outer bracket, which EVALB counts: one gold
+    # bracket per raw line that the processed trees cannot match.
+    counted = evalb.evalb_score(wsj_lines, processed, evalb.COLLINS)
+    result = evalb.evalb_score(wsj_lines, processed, evalb.COLLINS, ignore_outer_bracket=True)
+    assert counted.all.gold - result.all.gold == len(wsj_lines)
+    assert (counted.all.matched, counted.all.test) == (result.all.matched, result.all.test)
+    # Outer bracket aside, identical but for the one disjunctive label ADVP|PRT, which EVALB
+    # keeps as a label.
     assert (result.all.errors, result.all.gold - result.all.matched) == (0, 1)
     assert wsj_lines[result.sentences[2560].sent_id - 1].count("ADVP|PRT") == 1
     assert result.sentences[2560].matched == result.sentences[2560].gold - 1

@@ -4,8 +4,15 @@ Input: one bracketed sentence per line (gold and test, line i against line i); a
 is a parse failure. Per sentence, as the README (sections 6 and 7) describes:
 - Preterminals whose tag is a DELETE_LABEL (COLLINS.prm: punctuation, `-NONE-`) are removed with
   their word; brackets whose label is a DELETE_LABEL (`TOP`) are removed but keep their children;
-  brackets left without words are removed. The label-less outer bracket `( (S ...) )` of PTB
-  files is treated like `TOP` (not a constituent), so gold files may keep it.
+  brackets left without words are removed.
+- The label-less outer bracket `( (S ...) )` (or `((S ...))`) of PTB files is a constituent
+  with the empty label "", as in EVALB: no DELETE_LABEL names it, so it counts like any other
+  bracket, on whichever side has it. When both files keep it, it adds one matched gold and test
+  bracket per sentence; when only the gold file does, one unmatched gold bracket (and likewise
+  for the test file). Use the default to report EVALB's figures. `ignore_outer_bracket=True`
+  (command line: `--ignore_outer_bracket`) drops every label-less bracket instead, as if it
+  were `TOP`: the scores then equal those of the same trees with the outer bracket stripped
+  (as preprocessed trees have it), e.g. to compare raw PTB gold with such trees.
 - Function tags and indices are cut from phrasal labels (`NP-SBJ-1`, `NP=2` -> `NP`); labels
   that begin and end with `-` (`-NONE-`, `-LRB-`) are kept whole.
 - Sentence length ("Len", used for the length cut-off) counts the gold words whose tag is not a
@@ -224,7 +231,7 @@ class _Sentence:
 
     words: tuple
     tags: tuple
-    spans: tuple  # ((label without function tags, first leaf, last leaf + 1), ...)
+    spans: tuple  # ((label without function tags, first leaf, last leaf + 1), ...); "" label-less
 
 
 def _strip_function_tags(label: str) -> str:
@@ -258,8 +265,7 @@ def _read_sentence(text: str, where: str) -> _Sentence | None:
             if not stack:
                 raise ValueError(f"{where}: ')' closes nothing; the brackets are unbalanced")
             label, start = stack.pop()
-            if label:
-                spans.append((_strip_function_tags(label), start, len(words)))
+            spans.append((_strip_function_tags(label), start, len(words)))
         else:
             raise ValueError(
                 f"{where}: word {token!r} has no POS tag; EVALB needs (TAG word) for every word"
@@ -275,8 +281,9 @@ def _read_sentence(text: str, where: str) -> _Sentence | None:
 class _Scorer:
     """Scores sentence pairs under fixed parameters (equivalence classes computed once)."""
 
-    def __init__(self, params: EvalbParams):
+    def __init__(self, params: EvalbParams, ignore_outer_bracket: bool = False):
         self.params = params
+        self.deleted = params.delete_labels | ({""} if ignore_outer_bracket else set())
         self.label_class = _classes(params.eq_labels)
         self.word_class = _classes(params.eq_words)
 
@@ -317,7 +324,7 @@ class _Scorer:
             position.append(position[-1] + kept)
         found = []
         for label, start, end in sentence.spans:
-            if label not in self.params.delete_labels and position[start] < position[end]:
+            if label not in self.deleted and position[start] < position[end]:
                 found.append((label, position[start], position[end]))
         return found
 
@@ -419,6 +426,8 @@ def evalb_score(
     test_trees: Sequence,
     params: EvalbParams = COLLINS,
     sources: tuple = ("gold", "test"),
+    *,
+    ignore_outer_bracket: bool = False,
 ) -> EvalbResult:
     """Scores test trees against gold trees as EVALB does.
 
@@ -428,6 +437,8 @@ def evalb_score(
         test_trees: The parser's output, aligned with `gold_trees`; "" for a parse failure.
         params: Parameter-file settings, e.g. `COLLINS` or `load_params(path)`.
         sources: Names of the two inputs for error messages (file names).
+        ignore_outer_bracket: Drop label-less brackets such as the outer `( (S ...) )` of PTB
+            files instead of counting them as EVALB does (see the module docstring).
 
     Returns:
         The per-sentence rows and summaries. Processing stops once MAX_ERROR sentences are
@@ -443,7 +454,7 @@ def evalb_score(
             f"{len(test_trees)}; EVALB pairs them line by line (use an empty line for a "
             "sentence the parser failed on)"
         )
-    scorer = _Scorer(params)
+    scorer = _Scorer(params, ignore_outer_bracket)
     rows, errors = [], 0
     for number, (gold_text, test_text) in enumerate(zip(gold_trees, test_trees), start=1):
         gold = _read_sentence(str(gold_text), f"{sources[0]}, line {number}")
@@ -471,27 +482,43 @@ def _lines(path: str | os.PathLike) -> list:
 
 
 def evalb_files(
-    gold_path: str | os.PathLike, test_path: str | os.PathLike, params: EvalbParams = COLLINS
+    gold_path: str | os.PathLike,
+    test_path: str | os.PathLike,
+    params: EvalbParams = COLLINS,
+    *,
+    ignore_outer_bracket: bool = False,
 ) -> EvalbResult:
     """Scores two files of one tree per line; blank lines at the end of the longer file that
-    have no counterpart are ignored. Raises OSError on unreadable files."""
+    have no counterpart are ignored. `ignore_outer_bracket` as in `evalb_score`. Raises OSError
+    on unreadable files."""
     gold, test = _lines(gold_path), _lines(test_path)
     for longer, other in ((gold, test), (test, gold)):
         while len(longer) > len(other) and not longer[-1].strip():
             longer.pop()
-    return evalb_score(gold, test, params, sources=(os.fspath(gold_path), os.fspath(test_path)))
+    sources = (os.fspath(gold_path), os.fspath(test_path))
+    return evalb_score(
+        gold, test, params, sources=sources, ignore_outer_bracket=ignore_outer_bracket
+    )
 
 
 def bracket_f1(
-    gold_strings: Sequence, test_strings: Sequence, params: EvalbParams = COLLINS
+    gold_strings: Sequence,
+    test_strings: Sequence,
+    params: EvalbParams = COLLINS,
+    *,
+    ignore_outer_bracket: bool = False,
 ) -> float:
     """EVALB bracketing F-measure (percent) of test trees against gold trees.
 
     Test trees must carry POS tags comparable to the gold ones: COLLINS.prm deletes punctuation
     by tag, and a sentence whose counts of remaining words differ is an error, not scored.
-    Returns 0.0 when precision and recall are both 0 (EVALB prints nan).
+    Returns 0.0 when precision and recall are both 0 (EVALB prints nan). `ignore_outer_bracket`
+    as in `evalb_score`.
     """
-    return evalb_score(gold_strings, test_strings, params).f1
+    result = evalb_score(
+        gold_strings, test_strings, params, ignore_outer_bracket=ignore_outer_bracket
+    )
+    return result.f1
 
 
 _HEADER = (
@@ -577,11 +604,15 @@ def format_report(result: EvalbResult, style: str = "2006") -> str:
 
 
 def format_debug(result: EvalbResult) -> str:
-    """Per-sentence bracket lists (`label[start,end)` over kept words, outer first), for DEBUG."""
+    """Per-sentence bracket lists (`label[start,end)` over kept words, outer first), for DEBUG.
+
+    A label-less bracket shows as `[start,end)`.
+    """
 
     def spans(brackets: tuple) -> str:
-        ordered = sorted(brackets, key=lambda bracket: (bracket[1], -bracket[2]))
-        return " ".join(f"{label}[{start},{end})" for label, start, end in ordered) or "-"
+        # Brackets are listed as they close, so of two with one span the later is the outer.
+        ordered = sorted(enumerate(brackets), key=lambda item: (item[1][1], -item[1][2], -item[0]))
+        return " ".join(f"{label}[{start},{end})" for _, (label, start, end) in ordered) or "-"
 
     lines = []
     for row in result.sentences:
