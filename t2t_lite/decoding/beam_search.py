@@ -35,6 +35,13 @@ Loop state (`_BeamState`), with N = B * beam_size and L = decode_length + 1:
     finished_flags   [B, beam] bool       True where the slot holds a hypothesis ended by EOS.
     states           nest of [N, ...]     the caller's states, tiled over beams and gathered
                                           along axis 0 by the parent beam of each alive hypothesis.
+    constraint_states nest of [N, ...]    the step constraint's states, kept the same way and
+                                          advanced by each alive hypothesis's new token ({}
+                                          without a constraint).
+
+With a step constraint (`t2t_lite.decoding.constraints`), the tokens it does not allow a
+hypothesis get log-probability NEG_INF before the candidates are ranked, so only allowed
+continuations can be kept or finish. Without one the search is exactly as above.
 """
 
 from __future__ import annotations
@@ -64,6 +71,7 @@ class _Search:
     eos_id: int
     use_states: bool
     padded_ids: bool
+    constraint: Any = None
 
 
 class _BeamState(NamedTuple):
@@ -76,6 +84,7 @@ class _BeamState(NamedTuple):
     finished_scores: tf.Tensor  # [B, beam] float32
     finished_flags: tf.Tensor  # [B, beam] bool
     states: Any  # nest of [B * beam, ...]
+    constraint_states: Any  # nest of [B * beam, ...]
 
 
 def length_penalty(length: tf.Tensor | int, alpha: float) -> tf.Tensor:
@@ -179,6 +188,7 @@ def beam_search(
     stop_early: bool = True,
     padded_ids: bool = False,
     max_lengths: tf.Tensor | None = None,
+    constraint: Any = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Finds the `beam_size` best continuations of `initial_ids`, tensor2tensor's contract.
 
@@ -210,6 +220,8 @@ def beam_search(
             which then only bounds the loop): its hypotheses are capped and its early-stopping
             bound computed at that length, exactly as if the row were searched alone with
             decode_length = max_lengths[b]. None: decode_length for every row.
+        constraint: optional `StepConstraint` (`t2t_lite.decoding.constraints`): only the
+            tokens it allows can extend a hypothesis. None searches over every token.
 
     Returns:
         (ids [B, beam, decode_length + 1] int32, scores [B, beam] float32), best first. Column 0
@@ -223,16 +235,17 @@ def beam_search(
     _validate(beam_size, decode_length, vocab_size, alpha)
     use_states = states is not None
     check_step_mode(use_states, padded_ids, "beam_search")
-    state = _initial_state(initial_ids, beam_size, decode_length, states)
+    state = _initial_state(initial_ids, beam_size, decode_length, states, constraint)
     limits = _row_limits(max_lengths, decode_length, tf.shape(state.lengths)[0])
     state = state._replace(done=_rows_done(state, limits, alpha, stop_early))
     search = _Search(
-        symbols_to_logits_fn, beam_size, vocab_size, alpha, eos_id, use_states, padded_ids
-    )
+        symbols_to_logits_fn, beam_size, vocab_size, alpha, eos_id, use_states, padded_ids,
+        constraint,
+    )  # fmt: skip
 
     def step(state: _BeamState) -> tuple[_BeamState]:
         seq, log_probs, scores, finished, parent, new_states = _grow_candidates(state, search)
-        alive = _select_alive(state, seq, log_probs, finished, parent, new_states, beam_size)
+        alive = _select_alive(state, seq, log_probs, finished, parent, new_states, search)
         grown = _freeze_rows(state, _merge_finished(alive, seq, scores, finished, beam_size))
         return (grown._replace(done=_rows_done(grown, limits, alpha, stop_early)),)
 
@@ -244,7 +257,7 @@ def beam_search(
 
 
 def _initial_state(
-    initial_ids: tf.Tensor, beam_size: int, decode_length: Any, states: Any
+    initial_ids: tf.Tensor, beam_size: int, decode_length: Any, states: Any, constraint: Any
 ) -> _BeamState:
     """Beam 0 of each row holds the initial id; the other beams are padding."""
     initial_ids = tf.cast(initial_ids, tf.int32)
@@ -266,6 +279,10 @@ def _initial_state(
         finished_flags=tf.zeros([batch, beam_size], tf.bool),
         # Row b * beam + k of every state is beam k of batch row b.
         states=tf.nest.map_structure(lambda s: tf.repeat(s, beam_size, axis=0), states or {}),
+        constraint_states=tf.nest.map_structure(
+            lambda s: tf.repeat(s, beam_size, axis=0),
+            constraint.initial_state() if constraint is not None else {},
+        ),
     )
 
 
@@ -318,6 +335,9 @@ def _grow_candidates(state: _BeamState, search: _Search) -> tuple[tf.Tensor, ...
         search.padded_ids,
         vocab_size,
     )
+    if search.constraint is not None:
+        allowed = search.constraint.allowed(state.constraint_states, state.i)  # [N, V]
+        log_probs = tf.where(allowed, log_probs, NEG_INF)
     log_probs = tf.reshape(log_probs, [batch, beam_size, vocab_size])  # [B, beam, V]
     log_probs += state.alive_log_probs[:, :, tf.newaxis]
     flat_log_probs = tf.reshape(log_probs, [batch, beam_size * vocab_size])  # [B, beam * V]
@@ -342,9 +362,10 @@ def _select_alive(
     finished: tf.Tensor,
     parent: tf.Tensor,
     new_states: Any,
-    beam_size: int,
+    search: _Search,
 ) -> _BeamState:
     """Keeps the first `beam_size` candidates (best first) that did not end with EOS."""
+    beam_size = search.beam_size
     # Exact selection by position rather than by a large negative score added to EOS-ended
     # candidates, which could tie with the NEG_INF padding beams.
     rank = tf.range(2 * beam_size, dtype=tf.float32)  # [2k]
@@ -353,12 +374,21 @@ def _select_alive(
     batch = tf.shape(seq)[0]
     alive_parent = tf.gather(parent, keep, batch_dims=1)  # [B, k]
     flat_parent = tf.reshape(alive_parent + beam_size * tf.range(batch)[:, tf.newaxis], [-1])
+    alive_seq = tf.gather(seq, keep, batch_dims=1)  # [B, k, L]
+    constraint_states = state.constraint_states
+    if search.constraint is not None:
+        parents = tf.nest.map_structure(
+            lambda s: tf.gather(s, flat_parent, axis=0), constraint_states
+        )
+        tokens = tf.reshape(alive_seq[:, :, state.i + 1], [-1])  # [N]
+        constraint_states = search.constraint.update(parents, tokens)
     return state._replace(
         i=state.i + 1,
         lengths=state.lengths + 1,
-        alive_seq=tf.gather(seq, keep, batch_dims=1),
+        alive_seq=alive_seq,
         alive_log_probs=tf.gather(log_probs, keep, batch_dims=1),
         states=tf.nest.map_structure(lambda s: tf.gather(s, flat_parent, axis=0), new_states),
+        constraint_states=constraint_states,
     )
 
 

@@ -1,0 +1,200 @@
+"""Step constraints for search: a per-step mask over the vocabulary, with a state of its own.
+
+A search given a `StepConstraint` asks it, before every step, which tokens each hypothesis
+may take next (`allowed`), gives every other token zero probability, and after the step
+advances the constraint's state of each surviving hypothesis by the token it took
+(`update`). The state is a nest of tensors whose leading dimension is the hypothesis; the
+search tiles it over beams and reorders it with the hypotheses, as it does its caches.
+The search knows nothing else about a constraint.
+
+`BracketConstraint` is the one this package ships: it admits exactly the token sequences
+that are a well-formed bracketing over a given sequence of leaf tokens, for linearized
+constituency trees (`(NP the dog )NP`). See its docstring for the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import tensorflow as tf
+
+
+class StepConstraint(Protocol):
+    """What a search needs of a constraint (N = hypotheses, V = vocabulary size)."""
+
+    def initial_state(self) -> Any:
+        """The state of each batch row before the first step: a nest of [B, ...] tensors."""
+
+    def allowed(self, state: Any, i: tf.Tensor) -> tf.Tensor:
+        """[N, V] bool: the tokens each hypothesis may take as its token number i + 1.
+
+        Args:
+            state: the nest of [N, ...] tensors of the hypotheses.
+            i: the tokens each hypothesis has generated so far (a scalar int32).
+        """
+
+    def update(self, state: Any, tokens: tf.Tensor) -> Any:
+        """The state after each hypothesis took `tokens` [N] (an allowed token)."""
+
+
+class BracketConstraint:
+    """Admits exactly the bracketings over a row's leaf tokens that close in its length limit.
+
+    The vocabulary has opening tokens (each with a label), closing tokens (each with a
+    label), EOS, and leaf tokens (everything else). A row's output must be one tree:
+
+    - the leaves, in order, are exactly the row's leaf sequence `leaves[b, :num_leaves[b]]`
+      (a word's SentencePiece pieces, say, or one placeholder per word);
+    - a bracket may stand only where `boundary` allows it (before a leaf that starts a
+      word, or after the last leaf): the pieces of one word are never split;
+    - the first token opens the root, and nothing but EOS follows the root's close;
+    - a closing token must carry the label of the innermost open constituent, and may not
+      directly follow an opening one (no empty constituent), so every constituent holds at
+      least one leaf; a constituent is not opened once every leaf is placed;
+    - at most `max_depth` constituents are open at once, and at most `max_open_run`
+      opening brackets come in a row (None: any number);
+    - EOS only when the tree is complete: every leaf placed and every constituent closed;
+    - an opening bracket only while the tree can still be completed within the row's
+      `max_lengths` tokens (EOS included): every continuation admitted can still close
+      into such a tree, so the search never runs into a dead end.
+
+    A row with no leaves may only take EOS.
+
+    Args:
+        leaves: [B, W] int32, each row's leaf tokens, padded (the padding is not read).
+        num_leaves: [B] int32, the number of leaves of each row.
+        boundary: [B, W] bool, True where a bracket may come before leaf w.
+        max_lengths: [B] int32, each row's maximum number of tokens, EOS included.
+        open_labels: [V] ints, the label number (>= 0) of each opening token, -1 elsewhere.
+        close_labels: [V] ints, the label number of each closing token, -1 elsewhere.
+        eos_id: the end-of-sequence token.
+        max_depth: the most constituents open at once.
+        max_open_run: the most opening brackets in a row, or None.
+    """
+
+    def __init__(
+        self,
+        leaves,
+        num_leaves,
+        boundary,
+        max_lengths,
+        open_labels,
+        close_labels,
+        eos_id: int = 1,
+        max_depth: int = 64,
+        max_open_run: int | None = None,
+    ):
+        open_labels = np.asarray(open_labels, np.int32)
+        close_labels = np.asarray(close_labels, np.int32)
+        if open_labels.shape != close_labels.shape or open_labels.ndim != 1:
+            raise ValueError(
+                f"open_labels {open_labels.shape} and close_labels {close_labels.shape} must "
+                "both be [vocab_size]"
+            )
+        if np.any((open_labels >= 0) & (close_labels >= 0)):
+            raise ValueError("a token cannot both open and close a constituent")
+        if open_labels[eos_id] >= 0 or close_labels[eos_id] >= 0:
+            raise ValueError(f"EOS (id {eos_id}) cannot be a bracket")
+        self.leaves = tf.cast(leaves, tf.int32)
+        self.num_leaves = tf.cast(num_leaves, tf.int32)
+        self.boundary = tf.cast(boundary, tf.bool)
+        self.max_lengths = tf.cast(max_lengths, tf.int32)
+        self.vocab_size = int(open_labels.shape[0])
+        self.open_labels = tf.constant(open_labels)
+        self.close_labels = tf.constant(close_labels)
+        self.is_open = tf.constant(open_labels >= 0)  # [V]
+        self.is_bracket = tf.constant((open_labels >= 0) | (close_labels >= 0))  # [V]
+        self.eos_id = eos_id
+        self.max_depth = max_depth
+        self.max_open_run = max_open_run or max_depth
+
+    def initial_state(self) -> dict:
+        batch = tf.shape(self.num_leaves)[0]
+        zeros = tf.zeros([batch], tf.int32)
+        return {
+            "leaves": self.leaves,
+            "num_leaves": self.num_leaves,
+            "boundary": self.boundary,
+            "max_length": self.max_lengths,
+            "placed": zeros,  # leaves placed so far
+            "depth": zeros,  # constituents open
+            "labels": tf.zeros([batch, self.max_depth], tf.int32),  # open labels, outermost first
+            "open_run": zeros,  # opening brackets since the last other token
+            "started": tf.zeros([batch], tf.bool),  # the root has been opened
+        }
+
+    def allowed(self, state: dict, i: tf.Tensor) -> tf.Tensor:
+        placed, depth, num_leaves = state["placed"], state["depth"], state["num_leaves"]
+        width = tf.shape(state["leaves"])[1]
+        at = tf.minimum(placed, tf.maximum(width - 1, 0))[:, tf.newaxis]  # [N, 1]
+        next_leaf = tf.gather(state["leaves"], at, batch_dims=1)[:, 0]  # [N]
+        all_placed = placed >= num_leaves  # [N]
+        at_boundary = tf.logical_or(
+            all_placed, tf.gather(state["boundary"], at, batch_dims=1)[:, 0]
+        )
+        # Tokens that any completion still needs after this one: the leaves left, a close
+        # for every open constituent, and EOS.
+        used = i + 1
+        needed = num_leaves - placed + depth + 1
+        may_open = tf.reduce_all(
+            [
+                at_boundary,
+                tf.logical_not(all_placed),
+                depth < self.max_depth,
+                state["open_run"] < self.max_open_run,
+                tf.logical_or(depth > 0, tf.logical_not(state["started"])),
+                used + needed + 1 <= state["max_length"],  # + the new constituent's close
+            ],
+            axis=0,
+        )
+        may_close = tf.reduce_all(
+            [
+                depth > 0,
+                at_boundary,
+                state["open_run"] == 0,
+                tf.logical_or(depth > 1, all_placed),  # the root closes last
+            ],
+            axis=0,
+        )
+        may_place = tf.logical_and(depth > 0, tf.logical_not(all_placed))
+        may_end = tf.reduce_all(
+            [all_placed, depth == 0, tf.logical_or(state["started"], num_leaves == 0)], axis=0
+        )
+        top = tf.gather(state["labels"], tf.maximum(depth - 1, 0)[:, tf.newaxis], batch_dims=1)
+        tokens = tf.range(self.vocab_size)[tf.newaxis, :]  # [1, V]
+        return tf.reduce_any(
+            [
+                tf.logical_and(may_open[:, tf.newaxis], self.is_open[tf.newaxis, :]),
+                tf.logical_and(may_close[:, tf.newaxis], tf.equal(self.close_labels, top)),
+                tf.logical_and(may_place[:, tf.newaxis], tf.equal(tokens, next_leaf[:, None])),
+                tf.logical_and(may_end[:, tf.newaxis], tf.equal(tokens, self.eos_id)),
+            ],
+            axis=0,
+        )  # [N, V]
+
+    def update(self, state: dict, tokens: tf.Tensor) -> dict:
+        tokens = tf.cast(tokens, tf.int32)
+        opened = tf.gather(self.is_open, tokens)  # [N]
+        closed = tf.gather(self.close_labels, tokens) >= 0
+        placed = tf.logical_not(
+            tf.logical_or(tf.gather(self.is_bracket, tokens), tokens == self.eos_id)
+        )
+        depth = state["depth"]
+        at_depth = tf.equal(tf.range(self.max_depth)[tf.newaxis, :], depth[:, tf.newaxis])
+        labels = tf.where(
+            tf.logical_and(opened[:, tf.newaxis], at_depth),
+            tf.gather(self.open_labels, tokens)[:, tf.newaxis],
+            state["labels"],
+        )
+        return {
+            **state,
+            "placed": state["placed"] + tf.cast(placed, tf.int32),
+            "depth": depth + tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32),
+            "labels": labels,
+            "open_run": tf.where(opened, state["open_run"] + 1, 0),
+            "started": tf.logical_or(state["started"], opened),
+        }
+
+
+__all__ = ["BracketConstraint", "StepConstraint"]

@@ -1,0 +1,228 @@
+"""The bracket constraint of beam search: its masks step by step, and searches under it.
+
+Vocabulary of these tests: 0 pad, 1 EOS, 2 `(S`, 3 `)S`, 4 `(NP`, 5 `)NP`, 6 `a`, 7 `b`,
+8 `c` (a piece that continues a word). Every expected mask and score below is worked out by
+hand from the rules in `BracketConstraint`'s docstring.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from t2t_lite.decoding import beam_search
+from t2t_lite.decoding.constraints import BracketConstraint
+
+V = 9
+OPEN = [-1, -1, 0, -1, 1, -1, -1, -1, -1]  # (S -> label 0, (NP -> label 1
+CLOSE = [-1, -1, -1, 0, -1, 1, -1, -1, -1]
+
+
+def constraint(rows, limits, boundaries=None):
+    """A BracketConstraint over leaf rows of different lengths (padded with 0)."""
+    width = max(len(row) for row in rows) or 1
+    leaves = [row + [0] * (width - len(row)) for row in rows]
+    boundaries = boundaries or [[True] * len(row) for row in rows]
+    boundary = [b + [False] * (width - len(b)) for b in boundaries]
+    return BracketConstraint(
+        tf.constant(leaves, tf.int32),
+        tf.constant([len(row) for row in rows]),
+        tf.constant(boundary),
+        tf.constant(limits),
+        OPEN,
+        CLOSE,
+    )
+
+
+def masks_along(c, tokens):
+    """The allowed token ids before each token of `tokens` (batch of one), then at the end."""
+    state, found = c.initial_state(), []
+    for i, token in enumerate(tokens + [None]):
+        found.append(sorted(np.nonzero(c.allowed(state, tf.constant(i)).numpy()[0])[0].tolist()))
+        if token is not None:
+            state = c.update(state, tf.constant([token]))
+    return found
+
+
+def test_masks_of_a_two_word_tree():
+    # (S a b )S EOS with room to spare: opens anywhere a leaf is still to come, leaves in
+    # order, the root closes only once both leaves are placed, then EOS alone.
+    assert masks_along(constraint([[6, 7]], [10]), [2, 6, 7, 3]) == [
+        [2, 4],  # the root: any opening bracket
+        [2, 4, 6],  # no close right after an open; the first leaf
+        [2, 4, 7],  # the root cannot close with b still to place
+        [3],  # no open once every leaf is placed; )S matches (S, )NP does not
+        [1],  # the tree is complete: EOS only
+    ]
+
+
+def test_a_close_must_match_the_innermost_label():
+    # (S (NP a -> )NP closes NP; )S would not match; b may follow inside NP.
+    masks = masks_along(constraint([[6, 7]], [20]), [2, 4, 6, 5, 7, 3, 1])
+    assert masks[3] == [2, 4, 5, 7]
+    assert masks[4] == [2, 4, 7]  # back in S: b, or open; S cannot close yet
+    assert masks[5] == [3]
+
+
+def test_opens_stop_when_the_tree_could_no_longer_close_in_the_limit():
+    # One leaf, limit 5 tokens: (S a )S EOS is 4. At step 0: 1 used + open's close + leaf +
+    # EOS = 4 <= 5, so open. After (S: 2 used + (S's close, the new close, the leaf, EOS)
+    # = 6 > 5: no second open, only the leaf.
+    masks = masks_along(constraint([[6]], [5]), [2, 6, 3, 1])
+    assert masks[:2] == [[2, 4], [6]]
+    # With limit 6 one nested constituent fits: (S (S a )S )S EOS is 6 tokens.
+    assert masks_along(constraint([[6]], [6]), [2, 2, 6, 3, 3, 1])[:3] == [[2, 4], [2, 4, 6], [6]]
+
+
+def test_no_bracket_inside_a_word_of_several_pieces():
+    # Leaves a c b where c continues a's word: after a only c (no bracket, no close).
+    c = constraint([[6, 8, 7]], [20], boundaries=[[True, False, True]])
+    masks = masks_along(c, [2, 6, 8, 7, 3, 1])
+    assert masks[2] == [8]
+    assert masks[3] == [2, 4, 7]
+
+
+def test_a_row_without_leaves_may_only_end():
+    assert masks_along(constraint([[]], [5]), [1])[0] == [1]
+
+
+def fixed_step(log_probs):
+    """A step function giving every hypothesis the same log-probabilities, whatever its ids."""
+    table = tf.constant(np.log(np.asarray(log_probs, np.float32)))
+
+    def step(ids):
+        return tf.tile(table[tf.newaxis], [tf.shape(ids)[0], 1])
+
+    return step
+
+
+def test_beam_search_returns_the_best_trees_with_hand_computed_scores():
+    # One leaf a, limit 5 (room for no nesting): the only trees are (S a )S and (NP a )NP.
+    probs = [1e-9, 0.4, 0.1, 0.1, 0.15, 0.05, 0.1, 0.05, 0.05]
+    alpha = 0.6
+    penalty = ((5 + 4) / 6) ** alpha  # 4 tokens, EOS included
+    s_tree = (math.log(0.1) + math.log(0.1) + math.log(0.1) + math.log(0.4)) / penalty
+    np_tree = (math.log(0.15) + math.log(0.1) + math.log(0.05) + math.log(0.4)) / penalty
+    ids, scores = beam_search(
+        fixed_step(probs), tf.constant([0]), 2, 4, V, alpha, constraint=constraint([[6]], [5])
+    )
+    assert ids.numpy()[0].tolist() == [[0, 2, 6, 3, 1], [0, 4, 6, 5, 1]]
+    np.testing.assert_allclose(scores.numpy()[0], [s_tree, np_tree], rtol=1e-6)
+    # Unconstrained, EOS at once wins: log 0.4 over one token.
+    ids, scores = beam_search(fixed_step(probs), tf.constant([0]), 2, 4, V, alpha)
+    assert ids.numpy()[0, 0].tolist() == [0, 1, 0, 0, 0]
+    np.testing.assert_allclose(scores.numpy()[0, 0], math.log(0.4) / (6 / 6) ** alpha, rtol=1e-6)
+
+
+def well_formed(tokens, leaves):
+    """True when `tokens` (EOS-ended) is one tree whose leaves are `leaves`, labels matching."""
+    stack, placed, ended = [], [], False
+    for position, token in enumerate(tokens):
+        if token == 1:
+            ended = position == len(tokens) - 1
+            break
+        if OPEN[token] >= 0:
+            if not stack and position:
+                return False  # a second root
+            stack.append((OPEN[token], position))
+        elif CLOSE[token] >= 0:
+            if not stack or stack[-1][0] != CLOSE[token] or stack[-1][1] == position - 1:
+                return False
+            stack.pop()
+        else:
+            if not stack:
+                return False
+            placed.append(token)
+    return ended and not stack and placed == leaves
+
+
+class RandomModel:
+    """A stateful step function with log-probabilities drawn per (step, last token)."""
+
+    def __init__(self, seed, steps):
+        rng = np.random.default_rng(seed)
+        self.table = tf.constant(rng.normal(0, 3, [steps + 1, V, V]).astype(np.float32))
+
+    def __call__(self, ids, i, states):
+        return tf.gather(self.table[i], ids[:, i]), states
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_hypothesis_under_the_constraint_is_a_tree_over_the_leaves(seed):
+    rng = np.random.default_rng(100 + seed)
+    rows = [rng.choice([6, 7], size=n).tolist() for n in (1, 3, 5, 2)]
+    limits = [len(row) * 3 + 2 for row in rows]  # tight: little room for unary chains
+    decode_length = max(limits)
+    model = RandomModel(seed, decode_length)
+    ids, scores = beam_search(
+        model,
+        tf.zeros([len(rows)], tf.int32),
+        4,
+        decode_length,
+        V,
+        0.6,
+        states={},
+        padded_ids=True,
+        max_lengths=tf.constant(limits),
+        constraint=constraint(rows, limits),
+        stop_early=False,  # every slot of the beam is filled where trees remain
+    )
+    for row, leaves in enumerate(rows):
+        # One leaf in 5 tokens has only two trees, (S a )S and (NP a )NP: the other slots
+        # stay empty. Longer rows have more trees than the beam holds.
+        found = scores.numpy()[row] > -1e8
+        assert found.sum() == (2 if len(leaves) == 1 else 4)
+        for beam in np.nonzero(found)[0]:
+            tokens = ids.numpy()[row, beam, 1:].tolist()
+            assert well_formed(tokens[: tokens.index(1) + 1], leaves), (tokens, leaves)
+            assert tokens.index(1) + 1 <= limits[row]
+
+
+class AllowAll:
+    """A constraint that allows every token, with a state that counts steps."""
+
+    def initial_state(self):
+        return {"steps": tf.zeros([2], tf.int32)}
+
+    def allowed(self, state, i):
+        return tf.ones([tf.shape(state["steps"])[0], V], tf.bool)
+
+    def update(self, state, tokens):
+        return {"steps": state["steps"] + 1}
+
+
+def test_a_constraint_that_allows_everything_changes_nothing():
+    model = RandomModel(7, 12)
+    common = dict(states={}, padded_ids=True, max_lengths=tf.constant([12, 7]))
+    start = tf.zeros([2], tf.int32)
+    plain = beam_search(model, start, 3, 12, V, 0.6, **common)
+    allowed = beam_search(model, start, 3, 12, V, 0.6, constraint=AllowAll(), **common)
+    np.testing.assert_array_equal(plain[0].numpy(), allowed[0].numpy())
+    np.testing.assert_array_equal(plain[1].numpy(), allowed[1].numpy())
+
+
+def test_the_search_compiles_with_xla_under_the_constraint():
+    rows, limits = [[6, 7, 6], [7]], [11, 5]
+    model = RandomModel(3, 11)
+
+    @tf.function(jit_compile=True)
+    def search():
+        return beam_search(
+            model, tf.zeros([2], tf.int32), 3, 11, V, 0.6, states={}, padded_ids=True,
+            max_lengths=tf.constant(limits), constraint=constraint(rows, limits),
+        )  # fmt: skip
+
+    ids, _ = search()
+    eager, _ = beam_search(
+        model, tf.zeros([2], tf.int32), 3, 11, V, 0.6, states={}, padded_ids=True,
+        max_lengths=tf.constant(limits), constraint=constraint(rows, limits),
+    )  # fmt: skip
+    np.testing.assert_array_equal(ids.numpy(), eager.numpy())
+
+
+def test_bad_vocabulary_tables_are_refused():
+    with pytest.raises(ValueError, match="both open and close"):
+        BracketConstraint([[6]], [1], [[True]], [5], [0, -1, 0], [0, -1, -1])
+    with pytest.raises(ValueError, match="EOS"):
+        BracketConstraint([[6]], [1], [[True]], [5], [-1, 0, -1], [-1, -1, 0])
