@@ -29,6 +29,9 @@ class HParams:
     position_encoding: str = "sinusoid"  # "sinusoid" (section 3.5) or "learned" (Table 3, row E)
     max_position: int = 1024  # table size for learned positions and the sinusoid cache
     normalize_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    # Each decoder input also gets the encoder output at the next source token to copy
+    # (for problems whose targets copy their inputs in order, such as lexicalized trees).
+    source_pointer: bool = False
     # Regularisation.
     dropout: float = 0.1  # P_drop on sub-layer outputs and embeddings + positions
     attention_dropout: float = 0.0  # on attention weights
@@ -76,6 +79,7 @@ class HParams:
             "position_encoding",
             "max_position",
             "normalize_first",
+            "source_pointer",
         )
         return {name: getattr(self, name) for name in names}
 

@@ -2,16 +2,23 @@
 
 The problem of section 6.3 of the paper, in the form of Vinyals et al. (2015), "Grammar as a
 Foreign Language": inputs are the words of a sentence, targets its linearized tree
-(`problems/trees.py`): for "(S (NP (NNP John)) (VP (VBZ sleeps)) (. .))"
+(`problems/trees.py`), top-down, with the words themselves as leaves: for
+"(S (NP (NNP John)) (VP (VBZ sleeps)) (. .))"
 
     inputs:  John sleeps .
-    targets: (S (NP XX )NP (VP XX )VP XX )S
+    targets: (S (NP John )NP (VP sleeps )VP . )S
 
-POS tags become the placeholder `XX` (`keep_pos = False`): the model predicts brackets, and
-scoring puts the gold tags back (see `WsjParsing.score`). Trees are preprocessed first: the
-outer bracket, `-NONE-` empty elements, the constituents they leave empty, function tags and
-indices are removed. Both sides share one SentencePiece vocabulary built by `TranslateProblem`'s
-datagen (~16k for the full WSJ, as the paper's WSJ-only setting; pass `vocab_size` for less data).
+(`leaves = "placeholder"` gives Vinyals et al.'s `(S (NP XX )NP (VP XX )VP XX )S`.) The model
+predicts brackets, not POS tags: scoring puts the gold tags back (see `WsjParsing.score`).
+Trees are preprocessed first: the outer bracket, `-NONE-` empty elements, the constituents they
+leave empty, function tags and indices are removed. Both sides share one SentencePiece
+vocabulary built by `TranslateProblem`'s datagen (~16k for the full WSJ, as the paper's
+WSJ-only setting; pass `vocab_size` for less data), in which every bracket token of the
+training trees is one piece (`vocab_symbols`).
+
+Decoding: beam search admits only well-formed trees whose leaves are exactly the input's words
+(`search_constraint`, `TreeConstraint`), so no output needs repair; `postprocess` still
+repairs any text (an unconstrained search's output, say) into such a tree.
 
 Raw data, from `--raw_dir` or `DATA_DIR/wsj_parsing/raw/`, searched recursively:
 - tree files end in `.mrg` or `.trees`: multi-line PTB files, or one tree per line;
@@ -37,10 +44,14 @@ import os
 import re
 from collections.abc import Sequence
 
+import tensorflow as tf
+
+from t2t_lite.decoding.constraints import BracketConstraint
 from t2t_lite.problems import trees
 from t2t_lite.problems.corpus import DataError, file_digest
-from t2t_lite.problems.problem import EVAL, TEST, TRAIN
+from t2t_lite.problems.problem import EOS_ID, EVAL, TEST, TRAIN
 from t2t_lite.problems.translate import TranslateProblem
+from t2t_lite.problems.vocab import SPACE_MARK
 
 TREE_SUFFIXES = (".mrg", ".trees")
 FILEIDS_SUFFIX = ".fileids"
@@ -134,9 +145,12 @@ class TreebankCorpus:
     which datagen skips and counts.
     """
 
-    def __init__(self, raw_dir: str, keep_pos: bool = False):
+    def __init__(self, raw_dir: str, leaves: str = "word"):
         self.raw_dir = raw_dir
-        self.keep_pos = keep_pos
+        self.leaves = leaves
+        if self.leaves not in trees.LEAVES:
+            raise ValueError(f"leaves must be one of {trees.LEAVES}, got {self.leaves!r}")
+        self.keep_pos = self.leaves == "tag"
         self.splits = _SPLITS
         self.tree_files = find_tree_files(raw_dir)
         located = []  # (path, tree number, file id, tree)
@@ -186,6 +200,7 @@ class TreebankCorpus:
             ),
             "split": self.split_name,
             "keep_pos": self.keep_pos,
+            "leaves": self.leaves,
             "example_format": _EXAMPLE_FORMAT,
         }
 
@@ -217,7 +232,7 @@ class TreebankCorpus:
                 path,
                 number,
                 " ".join(trees.words(tree)),
-                " ".join(trees.linearize(tree, keep_pos=self.keep_pos)),
+                " ".join(trees.linearize(tree, leaves=self.leaves)),
             )
 
 
@@ -229,7 +244,13 @@ class WsjParsing(TranslateProblem):
     target_language = "tree"
     vocab_size = 16_000
     num_shards = {TRAIN: 8}
-    keep_pos = False
+    # What stands for each word in the targets (`trees.linearize`): the words themselves, so
+    # that the decoder sees which word it has reached; "placeholder" is Vinyals et al.'s `XX`.
+    leaves = "word"
+    # The most opening brackets in a row that decoding admits. The sample's 3,396 training
+    # trees have at most 6; without a bound, a model unsure of the next word can prefer
+    # opening brackets to it until the length limit (long unary chains).
+    max_open_run = 8
     # Section 6.3: beam 21, alpha 0.3, maximum output length input + 300.
     beam_size = 21
     alpha = 0.3
@@ -240,7 +261,33 @@ class WsjParsing(TranslateProblem):
         """The treebank under `raw_dir` (default `DATA_DIR/wsj_parsing/raw`)."""
         if source not in ("auto", "raw"):
             raise ValueError(f"problem {self.name} reads treebank files only; got {source=}")
-        return TreebankCorpus(raw_dir or os.path.join(self.folder(data_dir), "raw"), self.keep_pos)
+        return TreebankCorpus(
+            raw_dir or os.path.join(self.folder(data_dir), "raw"), leaves=self.leaves
+        )
+
+    def vocab_symbols(self, corpus: TreebankCorpus) -> list:
+        """Every bracket token of the training trees (and `XX`), each one vocabulary id.
+
+        Each symbol carries SentencePiece's space mark (`▁(NP`), as it follows a space in the
+        target text, so a target is one id per bracket and the words' pieces are exactly
+        those of the input. Brackets cannot occur inside PTB words, which write them -LRB-.
+        """
+        symbols = {trees.POS_PLACEHOLDER} if self.leaves == "placeholder" else set()
+        for _, _, _, target in corpus.pairs(TRAIN):
+            symbols |= trees.bracket_symbols(target.split())
+        return [SPACE_MARK + symbol for symbol in sorted(symbols)]
+
+    def target_non_copy_ids(self, data_dir: str) -> list | None:
+        """The bracket ids, when the targets' leaves are the input's pieces (`leaves="word"`)."""
+        if self.leaves != "word":
+            return None
+        pieces = self.encoders(data_dir)["targets"].pieces()
+        return [i for i, piece in enumerate(pieces) if _is_bracket_piece(piece)]
+
+    def search_constraint(self, data_dir: str) -> TreeConstraint:
+        """Beam search outputs only well-formed trees over the input's words."""
+        pieces = self.encoders(data_dir)["targets"].pieces()
+        return TreeConstraint(pieces, self.leaves, self.max_open_run)
 
     def postprocess(
         self, output_text: str, input_text: str, tags: Sequence[str] | None = None
@@ -263,7 +310,7 @@ class WsjParsing(TranslateProblem):
         words = input_text.split()
         if not words:
             return ""
-        if tags is None and not self.keep_pos:
+        if tags is None and self.leaves != "tag":
             tags = [trees.POS_PLACEHOLDER] * len(words)
         return trees.to_string(trees.delinearize(output_text.split(), words, tags=tags))
 
@@ -366,6 +413,64 @@ class WsjParsing(TranslateProblem):
             "skipped": summary.skips,
             "stopped_early": result.stopped_early,
         }
+
+
+class TreeConstraint:
+    """Builds the search's `BracketConstraint` for a batch of encoded sentences.
+
+    The vocabulary's bracket pieces (`▁(NP`, `▁)NP`) open and close constituents. With
+    lexicalized targets (`leaves="word"`) the leaves are the input's own pieces, copied in
+    order, and brackets stand only before a piece that starts a word (`▁...`); with
+    placeholder targets every word is one `XX`. Either way each decoded output is a tree
+    whose leaves are exactly the input's words.
+
+    Args:
+        pieces: the SentencePiece piece of every id of the target vocabulary.
+        leaves: the problem's `leaves` ("word", "placeholder" or "tag").
+        max_open_run: the most opening brackets in a row, or None.
+    """
+
+    def __init__(self, pieces: Sequence[str], leaves: str, max_open_run: int | None = None):
+        if leaves == "tag":
+            raise ValueError("a tree constraint needs targets with words or XX as leaves")
+        labels, open_labels, close_labels = {}, [], []
+        for piece in pieces:
+            symbol = piece[1:]
+            bracket = _is_bracket_piece(piece)
+            label = labels.setdefault(symbol[1:], len(labels)) if bracket else -1
+            open_labels.append(label if bracket and symbol[0] == "(" else -1)
+            close_labels.append(label if bracket and symbol[0] == ")" else -1)
+        if not any(label >= 0 for label in open_labels):
+            raise ValueError("the target vocabulary has no bracket pieces; rerun datagen")
+        self.open_labels, self.close_labels = open_labels, close_labels
+        self.word_start = [piece.startswith(SPACE_MARK) for piece in pieces]
+        self.leaves = leaves
+        self.max_open_run = max_open_run
+        self.placeholder_id = None
+        if leaves == "placeholder":
+            self.placeholder_id = pieces.index(SPACE_MARK + trees.POS_PLACEHOLDER)
+
+    def __call__(self, inputs, max_lengths):
+        """`BracketConstraint` for ids [B, S] (EOS-terminated, 0-padded) and row limits [B]."""
+        inputs = tf.cast(inputs, tf.int32)
+        pieces = tf.where(inputs > EOS_ID, inputs, 0)  # the words' pieces, EOS dropped
+        starts = tf.logical_and(tf.gather(tf.constant(self.word_start), pieces), pieces > 0)
+        if self.leaves == "word":
+            leaves, boundary = pieces, starts
+            count = tf.reduce_sum(tf.cast(pieces > 0, tf.int32), axis=1)
+        else:
+            leaves = tf.fill(tf.shape(inputs), self.placeholder_id)
+            boundary = tf.ones_like(starts)
+            count = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+        return BracketConstraint(
+            leaves, count, boundary, max_lengths, self.open_labels, self.close_labels, EOS_ID,
+            max_open_run=self.max_open_run,
+        )  # fmt: skip
+
+
+def _is_bracket_piece(piece: str) -> bool:
+    """True for a bracket symbol of `vocab_symbols`: `▁(NP`, `▁)NP`."""
+    return piece.startswith(SPACE_MARK) and piece[1:2] in ("(", ")") and len(piece) > 2
 
 
 def _f1(summary) -> float:

@@ -63,6 +63,25 @@ class Problem:
         """Returns {"inputs": TextEncoder, "targets": TextEncoder} (the same object when shared)."""
         raise NotImplementedError
 
+    def target_non_copy_ids(self, data_dir: str) -> list | None:
+        """For targets that copy the input in order: the target ids that are not copies.
+
+        What a model with `source_pointer` needs; None (the default) for problems whose
+        targets do not copy their inputs.
+        """
+        del data_dir
+        return None
+
+    def search_constraint(self, data_dir: str):
+        """What restricts the search's outputs, or None (the default: any token sequence).
+
+        A problem whose outputs must have a form (a tree over the input's words) returns a
+        callable `(inputs [B, S] int32, max_lengths [B] int32) -> StepConstraint`
+        (`t2t_lite.decoding.constraints`), called inside the traced search.
+        """
+        del data_dir
+        return None
+
     def vocab_sizes(self, data_dir: str) -> tuple:
         """(input vocab size, target vocab size or None when the vocabulary is shared)."""
         encoders = self.encoders(data_dir)

@@ -173,6 +173,9 @@ class TranslateProblem(Problem):
             "model_type": self.model_type,
             "num_shards": {split: self.num_shards.get(split, 1) for split in corpus.splits},
         }
+        symbols = self.vocab_symbols(corpus)
+        if symbols:
+            settings["user_symbols"] = symbols
         inputs = corpus.identity()
         fingerprint = _digest(json.dumps([settings, inputs], sort_keys=True).encode())[:16]
         old = _load_json(os.path.join(folder, METADATA_FILE))
@@ -184,6 +187,10 @@ class TranslateProblem(Problem):
         _write_json(os.path.join(folder, METADATA_FILE), metadata)
         logging.info("%s: generated (fingerprint %s)", folder, fingerprint)
         return {**metadata, "status": "generated"}
+
+    def vocab_symbols(self, corpus) -> list:
+        """Pieces the vocabulary must hold as single ids (none here; parsing's brackets)."""
+        return []
 
     # Reading.
     def metadata(self, data_dir: str) -> dict:
@@ -281,7 +288,11 @@ def _generate(folder: str, corpus, settings: dict) -> dict:
     if not sample:
         raise DataError(f"{corpus.describe(TRAIN)}: no text (empty corpus)")
     train_sentencepiece(
-        sample, vocab_path, settings["vocab_size"], model_type=settings["model_type"]
+        sample,
+        vocab_path,
+        settings["vocab_size"],
+        model_type=settings["model_type"],
+        user_symbols=settings.get("user_symbols", ()),
     )
     encoder = SentencePieceEncoder(vocab_path)
     splits = {

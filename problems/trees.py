@@ -19,11 +19,14 @@ Linearization (Vinyals et al. 2015, "Grammar as a Foreign Language"; tensor2tens
 problems): the inputs are the words, the targets are bracket tokens with labels and one token per
 word, e.g. for "(S (NP (NNP John)) (VP (VBZ sleeps)) (. .))":
 
-    keep_pos=False (default): (S (NP XX )NP (VP XX )VP XX )S
-    keep_pos=True:            (S (NP NNP )NP (VP VBZ )VP . )S
+    leaves="placeholder" (default): (S (NP XX )NP (VP XX )VP XX )S
+    leaves="tag" (keep_pos=True):   (S (NP NNP )NP (VP VBZ )VP . )S
+    leaves="word" (lexicalized):    (S (NP John )NP (VP sleeps )VP . )S
 
 By default POS tags are replaced by the placeholder `XX`, as Vinyals et al. did: the parser
-predicts brackets, not tags, and targets are shorter. EVALB's standard parameters (COLLINS.prm)
+predicts brackets, not tags. The lexicalized form keeps the words themselves in the targets, so
+that a decoder always sees which word it has reached (He & Choi 2021 found such outputs easier
+to learn); a constrained search then copies them from the input. EVALB's standard parameters (COLLINS.prm)
 delete punctuation by its POS tag, so a tree scored with EVALB needs real tags: pass the gold tags
 to `delinearize(tokens, words, tags=...)`, the usual convention for this setup.
 
@@ -252,25 +255,41 @@ def to_string(tree: Tree) -> str:
     return "".join(parts).rstrip()
 
 
-def linearize(tree: Tree, keep_pos: bool = False) -> list:
+LEAVES = ("placeholder", "tag", "word")
+
+
+def linearize(tree: Tree, keep_pos: bool = False, leaves: str | None = None) -> list:
     """Target tokens of `tree` (see the module docstring); the inputs are `words(tree)`.
 
     Args:
         tree: A preprocessed tree.
-        keep_pos: Emit each word's POS tag instead of the placeholder `XX`.
+        keep_pos: Emit each word's POS tag instead of the placeholder `XX` (`leaves="tag"`).
+        leaves: What stands for each word: "placeholder" (`XX`), "tag" (its POS tag) or
+            "word" (the word itself: the lexicalized form, whose leaves copy the input).
+            Overrides `keep_pos` when given.
 
     Returns:
-        Tokens `(LABEL`, `)LABEL` and one tag or `XX` per word.
+        Tokens `(LABEL`, `)LABEL` and one leaf token per word.
     """
+    leaves = leaves or ("tag" if keep_pos else "placeholder")
+    if leaves not in LEAVES:
+        raise ValueError(f"leaves must be one of {LEAVES}, got {leaves!r}")
     tokens = []
     for kind, node in _events(tree):
         if kind == "open":
             tokens.append(f"({node.label}")
         elif kind == "close":
             tokens.append(f"){node.label}")
+        elif leaves == "word":
+            tokens.append(node.children[0])
         else:
-            tokens.append(node.label if keep_pos else POS_PLACEHOLDER)
+            tokens.append(node.label if leaves == "tag" else POS_PLACEHOLDER)
     return tokens
+
+
+def bracket_symbols(tokens) -> set:
+    """The bracket tokens `(LABEL` and `)LABEL` among `tokens`."""
+    return {token for token in tokens if token[:1] in ("(", ")")}
 
 
 def _symbol(text: str, fallback: str) -> str:

@@ -50,6 +50,7 @@ def train_sentencepiece(
     model_type: str = "bpe",
     character_coverage: float = 0.9995,
     num_threads: int | None = None,
+    user_symbols: Iterable[str] = (),
 ) -> str:
     """Trains a SentencePiece model on `sentences` and writes it to `model_path`.
 
@@ -65,6 +66,9 @@ def train_sentencepiece(
         character_coverage: share of characters that become pieces of their own; the
             rest are spelt with byte pieces.
         num_threads: SentencePiece trainer threads; default: one per CPU.
+        user_symbols: pieces that are always one id each, whatever the text around them
+            (e.g. `▁(NP`, a tree bracket with the space before it); they count in
+            `vocab_size`.
 
     Returns:
         `model_path`.
@@ -99,6 +103,7 @@ def train_sentencepiece(
             input_sentence_size=0,
             num_threads=num_threads or os.cpu_count() or 1,
             minloglevel=2,
+            user_defined_symbols=list(user_symbols),
         )
     except RuntimeError as error:
         raise ValueError(
@@ -173,6 +178,10 @@ class SentencePieceEncoder(TextEncoder):
     @property
     def vocab_size(self) -> int:
         return self._processor.get_piece_size()
+
+    def pieces(self) -> list:
+        """The piece of every id, in id order (`▁the`, `ing`, `<0x41>`, ...)."""
+        return [self._processor.id_to_piece(i) for i in range(self.vocab_size)]
 
     def encode(self, text: str) -> list:
         """Ids of `text` (no EOS): every id is >= 2."""

@@ -34,7 +34,7 @@ def sample(shared_data):
 
 def example_texts(line: str) -> tuple:
     tree = trees.preprocess(trees.parse_tree(line))
-    return " ".join(trees.words(tree)), " ".join(trees.linearize(tree))
+    return " ".join(trees.words(tree)), " ".join(trees.linearize(tree, leaves="word"))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_registry_decode_defaults_and_hparams():
     assert (paper.hidden_size, paper.filter_size, paper.num_heads) == (1024, 4096, 16)
     assert paper.dropout == paper.attention_dropout == 0.2 < hparams.get("transformer_big").dropout
     small = hparams.get("transformer_parsing_small")
-    assert (small.num_encoder_layers, small.hidden_size, small.dropout) == (2, 256, 0.1)
+    assert (small.num_encoder_layers, small.hidden_size, small.dropout) == (2, 256, 0.2)
     assert not paper.shared_embedding and not small.shared_embedding
     assert not paper.normalize_first and small.normalize_first
 
@@ -86,7 +86,9 @@ def test_examples_decode_to_the_words_and_linearized_trees(decoded, sample):
     # The first dev tree (wsj_0160), linearized by hand from its treebank line.
     words, targets = decoded["dev"][0]
     assert words.startswith("Savin Corp. reported a third-quarter net loss of $ 35.2 million ,")
-    assert targets.startswith("(S (NP XX XX )NP (VP XX (NP (NP XX XX XX XX )NP (PP XX (NP (NP")
+    assert targets.startswith(
+        "(S (NP Savin Corp. )NP (VP reported (NP (NP a third-quarter net loss )NP (PP of (NP (NP"
+    )
 
 
 def test_split_is_disjoint_complete_and_as_documented(generated, decoded, sample):
@@ -242,7 +244,7 @@ def test_small_parsing_model_has_separate_source_and_target_embeddings():
     from t2t_lite.models import build_transformer
 
     hp = hparams.get("transformer_parsing_small")
-    model = build_transformer(hp, 1000)
+    model = build_transformer(hp, 1000, non_copy_ids=[3, 4])  # the pointer adds no weights
     d, f, v = 256, 1024, 1000
     attention = 4 * d * d + 4 * d  # query, key, value, output projections with biases
     feed_forward = 2 * d * f + f + d
@@ -251,3 +253,87 @@ def test_small_parsing_model_has_separate_source_and_target_embeddings():
     final_norms = 2 * 2 * d  # pre-norm: after the encoder and the decoder stacks
     embeddings = 2 * v * d  # source; target (tied to the pre-softmax projection)
     assert model.count_params() == 2 * encoder_layer + 2 * decoder_layer + final_norms + embeddings
+
+
+def _brackets_and_copies(problem, data_dir, split="train", count=60):
+    """(bracket ids, [(input ids, target ids)]) of the first `count` examples of `split`.
+
+    Train examples: a dev or test tree may hold a label that no training tree has, which the
+    vocabulary then spells in pieces (and which no search can output).
+    """
+    pieces = problem.encoders(data_dir)["targets"].pieces()
+    brackets = {i for i, p in enumerate(pieces) if p[:1] == "\u2581" and p[1:2] in "()" and p[2:]}
+    examples = [
+        (list(e["inputs"]), list(e["targets"]))
+        for e in problem.examples(split, data_dir).take(count).as_numpy_iterator()
+    ]
+    return brackets, examples
+
+
+def _phrase_labels(tree) -> set:
+    if tree.is_preterminal:
+        return set()
+    return {tree.label}.union(*(_phrase_labels(child) for child in tree.children))
+
+
+def test_brackets_are_single_ids_and_targets_copy_the_input_pieces(generated, sample):
+    problem, data_dir, _ = generated
+    brackets, examples = _brackets_and_copies(problem, data_dir)
+    # An opening and a closing id for each phrase label of the training trees.
+    labels = set().union(
+        *(_phrase_labels(trees.preprocess(trees.parse_tree(line))) for line in sample["train"])
+    )
+    assert len(brackets) == 2 * len(labels)
+    assert sorted(problem.target_non_copy_ids(data_dir)) == sorted(brackets)
+    for inputs, targets in examples:
+        assert [t for t in targets if t not in brackets] == inputs  # words, then EOS
+
+
+def _feed(constraint, inputs, tokens):
+    """Allowed-token checks along `tokens` (batch of one): the first refused position, or None."""
+    import tensorflow as tf
+
+    c = constraint(tf.constant([inputs]), tf.constant([len(inputs) + 300]))
+    state = c.initial_state()
+    for i, token in enumerate(tokens):
+        if not c.allowed(state, tf.constant(i)).numpy()[0, token]:
+            return i
+        state = c.update(state, tf.constant([token]))
+    return None
+
+
+def test_every_gold_tree_passes_its_search_constraint_and_broken_ones_do_not(generated):
+    problem, data_dir, _ = generated
+    brackets, examples = _brackets_and_copies(problem, data_dir)
+    constraint = problem.search_constraint(data_dir)
+    for inputs, targets in examples:
+        assert _feed(constraint, inputs, targets) is None
+    inputs, targets = examples[0]
+    first_word = next(i for i, t in enumerate(targets) if t not in brackets)
+    assert inputs[1] != inputs[0]
+    skipped = targets[:first_word] + [inputs[1]] + targets[first_word + 1 :]
+    assert _feed(constraint, inputs, skipped) == first_word  # the second piece first
+    close = next(i for i, t in enumerate(targets) if t in brackets and i > first_word)
+    assert _feed(constraint, inputs, targets[:close] + [1]) == close  # EOS with brackets open
+
+
+def test_placeholder_targets_pass_their_constraint_too(tmp_path, shared_data):
+    from t2t_lite.problems.parsing import WsjParsing
+
+    class PlaceholderParsing(WsjParsing):
+        name = "wsj_parsing_placeholder"
+        leaves = "placeholder"
+
+    problem, data_dir = PlaceholderParsing(), str(tmp_path)
+    problem.generate_data(data_dir, str(shared_data / "wsj_sample"), vocab_size=1000)
+    assert problem.target_non_copy_ids(data_dir) is None  # XX is no copy of the input
+    brackets, examples = _brackets_and_copies(problem, data_dir)
+    encoder = problem.encoders(data_dir)["targets"]
+    placeholder = encoder.pieces().index("\u2581XX")
+    constraint = problem.search_constraint(data_dir)
+    for inputs, targets in examples[:40]:
+        words = len(encoder.decode(inputs).split())
+        assert [t for t in targets if t not in brackets] == [placeholder] * words + [1]
+        assert _feed(constraint, inputs, targets) is None
+    inputs, targets = examples[0]
+    assert _feed(constraint, inputs, targets[:-2] + [placeholder, *targets[-2:]]) is not None

@@ -259,3 +259,43 @@ def test_mixed_bfloat16_returns_float32_logits_close_to_float32():
     assert step_logits.dtype == "float32"
     assert cache["decoder_layer_0"]["self_attention"]["key"].dtype == "bfloat16"
     assert np.abs(np.asarray(step_logits) - expected[:, 0]).max() < 0.05 * scale
+
+
+BRACKETS = (2, 3, 4)  # the non-copy ids of the source-pointer tests
+
+
+def test_source_pointer_reads_the_next_source_token_to_copy():
+    model = build_transformer(_tiny(source_pointer=True), VOCAB, None, BRACKETS)
+    # Decoder input 0 ( a ( b ) c: copies are a, b, c (ids >= 2, not brackets), so the
+    # next source position at each input is 0 0 1 1 2 2 3 (by hand).
+    decoder_input = np.array([[0, 2, 9, 3, 10, 4, 11]], np.int32)
+    pointer = np.cumsum(np.asarray(model._copies(decoder_input)), axis=1)
+    assert pointer.tolist() == [[0, 0, 1, 1, 2, 2, 3]]
+    encoder_output = np.arange(1 * 3 * 2, dtype=np.float32).reshape(1, 3, 2)
+    pointed = np.asarray(model._point(encoder_output, pointer))
+    # Past the last source position the pointer stays on it (EOS in real inputs).
+    np.testing.assert_array_equal(pointed[0], encoder_output[0, [0, 0, 1, 1, 2, 2, 2]])
+
+
+def test_source_pointer_cached_decoding_equals_full_decoding_and_uses_the_source():
+    hp = _tiny(source_pointer=True, normalize_first=True)
+    model = build_transformer(hp, VOCAB, None, BRACKETS)
+    inputs, targets = _batch(seed=5)
+    targets[:, 1] = 2  # a bracket among the copies
+    full = np.asarray(model({"inputs": inputs, "targets": targets}))
+    stepped, cache = _step_logits(model, inputs, targets, cache_length=9)
+    np.testing.assert_allclose(stepped, full, atol=1e-5, rtol=0)
+    assert cache["pointer"].numpy().tolist() == [
+        sum(1 for t in row[:-1] if t > 1 and t not in BRACKETS) for row in targets
+    ]
+    step = tf.function(model.decode_step, jit_compile=True)
+    compiled, _ = _step_logits(model, inputs, targets, step_fn=step, cache_length=9)
+    np.testing.assert_allclose(compiled, full, atol=1e-5, rtol=0)
+    # The same weights without the pointer give other logits from position 1 on.
+    plain = Transformer.from_config({**model.get_config(), "source_pointer": False})
+    plain.build()
+    plain.set_weights(model.get_weights())
+    without = np.asarray(plain({"inputs": inputs, "targets": targets}))
+    assert not np.allclose(without[:, 1:], full[:, 1:], atol=1e-3)
+    with pytest.raises(ValueError, match="non_copy_ids"):
+        build_transformer(hp, VOCAB)

@@ -114,6 +114,9 @@ def test_linearize_hand_example():
     tree = trees.parse_tree(JOHN)
     assert trees.linearize(tree) == "(S (NP XX )NP (VP XX )VP XX )S".split()
     assert trees.linearize(tree, keep_pos=True) == "(S (NP NNP )NP (VP VBZ )VP . )S".split()
+    assert trees.linearize(tree, leaves="word") == "(S (NP John )NP (VP sleeps )VP . )S".split()
+    with pytest.raises(ValueError, match="leaves must be one of"):
+        trees.linearize(tree, leaves="pos")
     assert trees.tagged_words(tree) == [("John", "NNP"), ("sleeps", "VBZ"), (".", ".")]
 
 
@@ -124,6 +127,9 @@ def test_round_trip_on_all_wsj_trees(wsj_trees):
         placeholder = trees.linearize(tree)
         assert trees.delinearize(placeholder, words, tags=tags) == tree
         assert trees.linearize(trees.delinearize(placeholder, words)) == placeholder
+        lexicalized = trees.linearize(tree, leaves="word")
+        assert [t for t in lexicalized if t not in trees.bracket_symbols(lexicalized)] == words
+        assert trees.delinearize(lexicalized, words, tags=tags) == tree
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Trains a parser on the shared WSJ sample and scores it against a right-branching baseline.
 
-    python tools/parse_wsj_sample.py --minutes=15 [--train_steps=N] [--beam_size=21] \\
+    python tools/parse_wsj_sample.py --minutes=30 [--train_steps=N] [--beam_size=21] \\
+        [--splits=dev,test] [--unconstrained] [--greedy] \\
         [--shared_data=../shared/data] [--work_dir=/tmp/wsj_parsing_sample]
 
 1. datagen: `wsj_parsing` on `SHARED_DATA/wsj_sample` (train wsj_0001-0159, dev
@@ -10,12 +11,14 @@
    about `--minutes` of wall time: a first chunk of `--calibration_steps` measures the speed,
    then training resumes in chunks sized to fill the budget; checkpoints go to `WORK_DIR/run`
    (a rerun resumes from them, and `--minutes` then trains that much longer);
-3. decoding of the dev sentences with beam search, by default with the problem's decode
-   settings (beam 21, alpha 0.3, input + 300 tokens, section 6.3 of the paper);
+3. decoding of the sentences of each of `--splits` with beam search constrained to trees
+   over the sentence's words (`WsjParsing.search_constraint`), by default with the problem's
+   decode settings (beam 21, alpha 0.3, input + 300 tokens, section 6.3 of the paper);
+   `--unconstrained` and `--greedy` add rows decoded without the constraint;
 4. EVALB bracketing scores (COLLINS.prm semantics, gold POS tags on the leaves) of the model's
-   trees and of right-branching trees over the same sentences. Gold, model and baseline trees
-   are written to `WORK_DIR/` so that `python -m t2t_lite.evalb -p COLLINS.prm GOLD TEST`
-   can recompute every figure.
+   trees and of right-branching trees over the same sentences, one table per split. Gold,
+   model and baseline trees are written to `WORK_DIR/SPLIT.{gold,model,right_branching}` so
+   that `python -m t2t_lite.evalb -p COLLINS.prm GOLD TEST` can recompute every figure.
 """
 
 from __future__ import annotations
@@ -56,8 +59,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, default=None, help="default: the problem's")
     parser.add_argument("--extra_length", type=int, default=None, help="default: the problem's")
     parser.add_argument("--greedy", action="store_true", help="also decode greedily")
+    parser.add_argument(
+        "--unconstrained", action="store_true", help="also decode without the tree constraint"
+    )
     parser.add_argument("--decode_batch", type=int, default=4, help="sentences per search")
-    parser.add_argument("--split", default="dev", choices=("dev", "test"))
+    parser.add_argument("--splits", default="dev,test", help="comma-separated: dev, test")
     parser.add_argument("--seed", type=int, default=1)
     return parser.parse_args()
 
@@ -100,9 +106,9 @@ def train(args, data_dir: str, output_dir: str) -> int:
     return step
 
 
-def decode(model, config: SearchConfig, encoder, inputs: list, batch: int) -> list:
+def decode(model, config: SearchConfig, encoder, inputs: list, batch: int, constraint) -> list:
     """Decoded target text of each input text, by `config`'s search, in input order."""
-    translator = Translator(model, config)
+    translator = Translator(model, config, constraint=constraint)
     ids = [encoder.encode(text) + [EOS_ID] for text in inputs]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together
     outputs = [""] * len(ids)
@@ -124,7 +130,7 @@ def write_lines(path: Path, lines: list) -> None:
 
 def report_row(name: str, scores: dict) -> str:
     return (
-        f"{name:<44} {scores['f1']:6.2f} {scores['precision']:6.2f} {scores['recall']:6.2f} "
+        f"{name:<60} {scores['f1']:6.2f} {scores['precision']:6.2f} {scores['recall']:6.2f} "
         f"{scores['complete_match']:8.2f} {scores['valid']:6d} {scores['errors']:6d}"
     )
 
@@ -146,23 +152,57 @@ def search_config(args, problem) -> SearchConfig:
     return config
 
 
-def parse(model, problem, config, encoder, inputs, gold, args, suffix: str) -> list:
+def parse(model, problem, config, constraint, encoder, inputs, gold, args, name: str) -> list:
     """Decodes `inputs` with `config`; writes and returns the trees, with `gold`'s tags on."""
     began = time.monotonic()
-    outputs = decode(model, config, encoder, inputs, args.decode_batch)
+    outputs = decode(model, config, encoder, inputs, args.decode_batch, constraint)
     well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
     print(
-        f"{suffix}: decoded {len(inputs)} {args.split} sentences in "
-        f"{time.monotonic() - began:.0f}s; {well_formed} outputs were well-formed trees over "
-        "the words, the rest were repaired"
+        f"{name}: decoded {len(inputs)} sentences in {time.monotonic() - began:.0f}s; "
+        f"{well_formed} outputs were well-formed trees over the words, the rest were repaired"
     )
-    work = Path(args.work_dir)
-    write_lines(work / f"{args.split}.{suffix}.linearized", outputs)
+    write_lines(Path(args.work_dir) / f"{name}.linearized", outputs)
     parsed = problem.with_gold_tags(
         [problem.postprocess(out, text) for out, text in zip(outputs, inputs)], gold
     )
-    write_lines(work / f"{args.split}.{suffix}", parsed)
+    write_lines(Path(args.work_dir) / name, parsed)
     return parsed
+
+
+def evaluate_split(split, model, problem, config, data_dir, raw_dir, args, title) -> None:
+    """Parses `split` every way asked for and prints the EVALB table of each against gold."""
+    work = Path(args.work_dir)
+    gold = problem.reference_trees(split, data_dir, raw_dir)
+    inputs = problem.reference_inputs(gold)
+    write_lines(work / f"{split}.gold", gold)
+    encoder = problem.encoders(data_dir)["inputs"]
+    constraint = problem.search_constraint(data_dir)
+    rows = {
+        f"{title}, beam {config.beam_size}, constrained": parse(
+            model, problem, config, constraint, encoder, inputs, gold, args, f"{split}.model"
+        )
+    }
+    if args.unconstrained:
+        rows["the same, unconstrained search"] = parse(
+            model, problem, config, None, encoder, inputs, gold, args, f"{split}.unconstrained"
+        )
+    if args.greedy:
+        greedy = SearchConfig(method="greedy", extra_length=config.extra_length)
+        rows["the same, greedy (unconstrained)"] = parse(
+            model, problem, greedy, None, encoder, inputs, gold, args, f"{split}.greedy"
+        )
+    tags = [trees.tags(trees.parse_tree(tree)) for tree in gold]
+    rows["right-branching baseline"] = [
+        trees.to_string(trees.right_branching(text.split(), tag)) for text, tag in zip(inputs, tags)
+    ]
+    write_lines(work / f"{split}.right_branching", rows["right-branching baseline"])
+    print(
+        f"\nWSJ sample {split} ({len(gold)} sentences), EVALB COLLINS.prm, gold POS tags\n"
+        f"{'':<60} {'F1':>6} {'P':>6} {'R':>6} {'complete':>8} {'valid':>6} {'errors':>6}"
+    )
+    for name, parsed in rows.items():
+        print(report_row(name, problem.score(parsed, gold)))
+    print(f"trees in {work}/{split}.{{gold,model,right_branching}}\n")
 
 
 def main() -> None:
@@ -177,33 +217,10 @@ def main() -> None:
 
     steps = train(args, data_dir, output_dir)
     model = load_trained_model(PROBLEM, data_dir, output_dir).model
-    encoder = problem.encoders(data_dir)["inputs"]
-    gold = problem.reference_trees(args.split, data_dir, raw_dir)
-    inputs = problem.reference_inputs(gold)
-    write_lines(work / f"{args.split}.gold", gold)
-    tags = [trees.tags(trees.parse_tree(tree)) for tree in gold]
     config = search_config(args, problem)
-    rows = {
-        f"{args.hparams_set}, {steps} steps, beam {config.beam_size}": parse(
-            model, problem, config, encoder, inputs, gold, args, "model"
-        )
-    }
-    if args.greedy:
-        greedy = SearchConfig(method="greedy", extra_length=config.extra_length)
-        rows["the same, greedy"] = parse(
-            model, problem, greedy, encoder, inputs, gold, args, "greedy"
-        )
-    rows["right-branching baseline"] = [
-        trees.to_string(trees.right_branching(text.split(), tag)) for text, tag in zip(inputs, tags)
-    ]
-    write_lines(work / f"{args.split}.right_branching", rows["right-branching baseline"])
-    print(
-        f"\nWSJ sample {args.split} ({len(gold)} sentences), EVALB COLLINS.prm, gold POS tags\n"
-        f"{'':<44} {'F1':>6} {'P':>6} {'R':>6} {'complete':>8} {'valid':>6} {'errors':>6}"
-    )
-    for name, parsed in rows.items():
-        print(report_row(name, problem.score(parsed, gold)))
-    print(f"trees in {work}/{args.split}.{{gold,model,greedy,right_branching}}")
+    for split in args.splits.split(","):
+        title = f"{args.hparams_set}, {steps} steps"
+        evaluate_split(split, model, problem, config, data_dir, raw_dir, args, title)
 
 
 def _well_formed(output: str, text: str) -> bool:

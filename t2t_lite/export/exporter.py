@@ -261,7 +261,9 @@ def export_model(
         "search": dataclasses.asdict(options),
         "version": version,
     }
-    searcher = BeamSearcher(trained.model, options)
+    searcher = BeamSearcher(
+        trained.model, options, constraint=trained.problem.search_constraint(data_dir)
+    )
     text_module = TranslationModule(searcher, source_codec, target_codec)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
     ids_dir = None

@@ -65,11 +65,13 @@ class BeamSearcher(tf.Module):
     Args:
         model: a built Transformer with `encode`, `init_cache` and `decode_step`.
         options: the resolved SearchOptions.
+        constraint: the problem's `search_constraint`, or None (see `Translator`).
     """
 
-    def __init__(self, model, options: SearchOptions):
+    def __init__(self, model, options: SearchOptions, constraint=None):
         super().__init__(name="beam_searcher")
         self._model_ref = _Untracked(model)
+        self._constraint = _Untracked(constraint)
         self.weights = backing_variables(model)
         self.options = options
         self._source_vocab_size = model.vocab_size
@@ -132,5 +134,10 @@ class BeamSearcher(tf.Module):
     def _beam_search(self, input_ids, beam_size: int, alpha):
         """The Translator's beam search with a tensor alpha: ids [B, S] -> ([B, K, L + 1], [B, K])."""
         return model_beam_search(
-            self._model_ref.value, input_ids, beam_size, alpha, self.options.extra_length
+            self._model_ref.value,
+            input_ids,
+            beam_size,
+            alpha,
+            self.options.extra_length,
+            constraint=self._constraint.value,
         )

@@ -11,7 +11,7 @@ the model, so the output stays aligned with the input line for line.
 Output format: one line per input line, the best hypothesis; with `return_beams`, the
 beam's K hypotheses best first, separated by tabs (always K fields: a beam slot that no
 hypothesis filled is empty). A parsing problem (eval_metric "parse_f1") writes trees, not
-the decoded bracket sequences: `problem.postprocess` turns each into a well-formed tree over
+the decoded linearized trees: `problem.postprocess` turns each into a bracketed tree over
 the input's words, with the placeholder POS tag `XX` on the leaves, or, when a reference
 file is scored, its gold tags (the trees that are scored, so that
 `python -m t2t_lite.evalb -p COLLINS.prm REFERENCE OUTPUT` recomputes the printed scores).
@@ -212,7 +212,9 @@ class Decoder:
         self.batch_size = batch_size
         self.printer = printer
         self.report_every = report_every
-        self.translator = Translator(trained.model, config)
+        self.translator = Translator(
+            trained.model, config, constraint=self.problem.search_constraint(data_dir)
+        )
         # Decoder positions run to S + extra_length - 1 with S = tokens + EOS.
         self.max_input_tokens = trained.hp.max_position - config.extra_length - 1
         if self.max_input_tokens < 1:

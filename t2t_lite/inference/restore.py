@@ -98,7 +98,10 @@ def load_trained_model(
     vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
     keras.mixed_precision.set_dtype_policy("float32")
     model = build_transformer(
-        dataclasses.replace(hp, dtype_policy="float32"), vocab_size, target_vocab_size
+        dataclasses.replace(hp, dtype_policy="float32"),
+        vocab_size,
+        target_vocab_size,
+        problem.target_non_copy_ids(data_dir),
     )
     try:
         mismatches, total = checkpoints.checkpoint_mismatches(model, path)

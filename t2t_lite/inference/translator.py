@@ -56,12 +56,16 @@ class Translator:
         model: the Transformer, with `encode`, `init_cache` and `decode_step`.
         config: the SearchConfig.
         jit_compile: compile the whole search with XLA (one compilation per input shape).
+        constraint: the problem's `search_constraint(data_dir)`, or None: what beam search
+            may output (a tree over the input's words, for parsing). Greedy decoding and
+            sampling do not take it.
     """
 
-    def __init__(self, model, config: SearchConfig, jit_compile: bool = False):
+    def __init__(self, model, config: SearchConfig, jit_compile: bool = False, constraint=None):
         self.model = model
         self.config = config
         self.jit_compile = jit_compile
+        self.constraint = constraint
         self.search = tf.function(
             self._search,
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
@@ -87,6 +91,7 @@ class Translator:
                 config.alpha,
                 config.extra_length,
                 config.stop_early,
+                constraint=self.constraint,
             )
         step, start, cache, decode_length, limits = _search_inputs(
             self.model, inputs, config.extra_length
@@ -138,10 +143,13 @@ def _search_inputs(model, inputs, extra_length: int):
     return step, start, cache, decode_length, row_limits(inputs, extra_length)
 
 
-def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True):
+def model_beam_search(
+    model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True, constraint=None
+):
     """Cached beam search with `model`: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K]).
 
-    `alpha` may be a tensor (a per-request option of an exported model).
+    `alpha` may be a tensor (a per-request option of an exported model). `constraint`, if
+    given, is called as `constraint(inputs, row limits)` for the search's `StepConstraint`.
     """
     step, start, cache, decode_length, limits = _search_inputs(model, inputs, extra_length)
     vocab_size = model.target_vocab_size or model.vocab_size
@@ -156,6 +164,7 @@ def model_beam_search(model, inputs, beam_size: int, alpha, extra_length: int, s
         stop_early=stop_early,
         padded_ids=True,
         max_lengths=limits,
+        constraint=constraint(inputs, limits) if constraint is not None else None,
     )
 
 

@@ -53,6 +53,13 @@ class Transformer(keras.Model):
         normalize_first: pre-norm instead of the paper's post-norm.
         dropout, attention_dropout, relu_dropout: the rates above.
         layer_norm_epsilon: LayerNorm's epsilon.
+        source_pointer: add to each decoder input the encoder output at the source position
+            of the next token to copy: the number of copied tokens among the decoder inputs
+            so far, where a copied token is any id >= 2 not in `non_copy_ids`. For targets
+            that copy the source in order with other tokens between (lexicalized trees:
+            `(NP the dog )NP` over `the dog`), so the decoder always sees the next source
+            token it must place, whatever its position in the target.
+        non_copy_ids: the target ids that are not copies (brackets), with `source_pointer`.
         **kwargs: `name`, `dtype` (a dtype policy such as "mixed_bfloat16"), ...
     """
 
@@ -73,6 +80,8 @@ class Transformer(keras.Model):
         attention_dropout: float = 0.0,
         relu_dropout: float = 0.0,
         layer_norm_epsilon: float = 1e-6,
+        source_pointer: bool = False,
+        non_copy_ids=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,6 +100,13 @@ class Transformer(keras.Model):
         self.attention_dropout = attention_dropout
         self.relu_dropout = relu_dropout
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.source_pointer = source_pointer
+        self.non_copy_ids = sorted({int(i) for i in non_copy_ids or ()})
+        if source_pointer and not self.non_copy_ids:
+            raise ValueError(
+                "Transformer: source_pointer needs non_copy_ids, the target ids that are not "
+                "copies of source tokens (the problem's target_non_copy_ids)"
+            )
         self._create_layers()
 
     @property
@@ -193,11 +209,31 @@ class Transformer(keras.Model):
     def _target(self) -> SharedEmbedding:
         return self.token_embedding if self.shares_vocabulary else self.target_embedding
 
-    def _embed(self, embedding, ids, start_index, dropout, training):
-        """Token embedding * sqrt(D) + position encoding, then dropout: [B, T] -> [B, T, D]."""
+    def _embed(self, embedding, ids, start_index, dropout, training, pointed=None):
+        """Token embedding * sqrt(D) + position encoding (+ `pointed`), then dropout: [B, T, D]."""
         x = embedding(ids)  # [B, T, D]
         x = x + self.position_embedding(x, start_index=start_index)
+        if pointed is not None:
+            x = x + ops.cast(pointed, x.dtype)
         return dropout(x, training=training)
+
+    def _copies(self, ids):
+        """int32 [...]: 1 where `ids` is a copied source token (not pad, EOS or non-copy)."""
+        vocab = self.target_vocab_size or self.vocab_size
+        not_copy = ops.scatter(
+            ops.expand_dims(ops.array(self.non_copy_ids, "int32"), 1),
+            ops.ones([len(self.non_copy_ids)], "int32"),
+            (vocab,),
+        )  # [V]
+        ids = ops.cast(ids, "int32")
+        return ops.where(ids > 1, 1 - ops.take(not_copy, ids), 0)
+
+    @staticmethod
+    def _point(encoder_output, positions):
+        """encoder_output [B, S, D] at positions [B, T] (clipped to S - 1) -> [B, T, D]."""
+        last = ops.shape(encoder_output)[1] - 1
+        index = ops.minimum(positions, last)[:, :, None]  # [B, T, 1]
+        return ops.take_along_axis(encoder_output, index, axis=1)
 
     def call(self, features, training=False):
         """Teacher-forced logits.
@@ -250,9 +286,14 @@ class Transformer(keras.Model):
         Returns:
             float32 logits [B, T, V_target].
         """
+        pointed = None
+        if self.source_pointer:
+            pointer = ops.cumsum(self._copies(decoder_input_ids), axis=1)  # [B, T]
+            pointed = self._point(encoder_output, pointer)
         x = self._embed(
-            self._target(), decoder_input_ids, 0, self.decoder_embedding_dropout, training
-        )
+            self._target(), decoder_input_ids, 0, self.decoder_embedding_dropout, training,
+            pointed,
+        )  # fmt: skip
         length = ops.shape(decoder_input_ids)[1]
         self_attention_mask = masks.causal_mask(length)[None]  # [1, T, T]
         cross_attention_mask = masks.attention_mask(encoder_mask, query_length=length)
@@ -283,6 +324,7 @@ class Transformer(keras.Model):
 
         Returns:
             {"encoder_mask": bool [B, S],
+             ["pointer": int32 [B], "encoder_output": [B, S, D]]  # with source_pointer
              "decoder_layer_<n>": {
                  "self_attention": {"key": [B, L, H, Dh], "value": [B, L, H, Dh]},  # zeros
                  "cross_attention": {"key": [B, S, H, Dh], "value": [B, S, H, Dh]}}}
@@ -294,6 +336,10 @@ class Transformer(keras.Model):
             (batch, max_decode_length, self.num_heads, head_size), dtype=self.compute_dtype
         )
         cache = {"encoder_mask": ops.cast(encoder_mask, "bool")}
+        if self.source_pointer:
+            # Copies made so far, and what the pointer reads.
+            cache["pointer"] = ops.zeros((batch,), "int32")
+            cache["encoder_output"] = encoder_output
         for layer in self.decoder_layers:
             cache[layer.name] = {
                 "self_attention": {"key": empty, "value": empty},
@@ -314,12 +360,18 @@ class Transformer(keras.Model):
             (float32 logits [B, V_target] for position i, the cache with slot i filled).
         """
         i = ops.cast(i, "int32")
-        x = self._embed(
-            self._target(), ops.expand_dims(ids, 1), i, self.decoder_embedding_dropout, False
-        )  # [B, 1, D]
         encoder_mask = cache["encoder_mask"]
-        cross_attention_mask = encoder_mask[:, None, :]  # [B, 1, S]
         new_cache = {"encoder_mask": encoder_mask}
+        pointed = None
+        if self.source_pointer:
+            pointer = cache["pointer"] + self._copies(ids)  # [B]
+            pointed = self._point(cache["encoder_output"], pointer[:, None])  # [B, 1, D]
+            new_cache.update(pointer=pointer, encoder_output=cache["encoder_output"])
+        x = self._embed(
+            self._target(), ops.expand_dims(ids, 1), i, self.decoder_embedding_dropout, False,
+            pointed,
+        )  # fmt: skip
+        cross_attention_mask = encoder_mask[:, None, :]  # [B, 1, S]
         for layer in self.decoder_layers:
             layer_cache = cache[layer.name]
             x, self_attention_cache = layer(
@@ -355,12 +407,16 @@ class Transformer(keras.Model):
                 "attention_dropout": self.attention_dropout,
                 "relu_dropout": self.relu_dropout,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "source_pointer": self.source_pointer,
+                "non_copy_ids": self.non_copy_ids,
             }
         )
         return config
 
 
-def build_transformer(hp, vocab_size: int, target_vocab_size: int | None = None) -> Transformer:
+def build_transformer(
+    hp, vocab_size: int, target_vocab_size: int | None = None, non_copy_ids=None
+) -> Transformer:
     """Creates and builds (all weights created) the Transformer that `hp` describes.
 
     Args:
@@ -368,6 +424,7 @@ def build_transformer(hp, vocab_size: int, target_vocab_size: int | None = None)
             are used.
         vocab_size: V of the (shared or source) vocabulary.
         target_vocab_size: size of a separate target vocabulary, or None.
+        non_copy_ids: the problem's `target_non_copy_ids`, needed by `hp.source_pointer`.
 
     Returns:
         A built `Transformer` named "transformer".
@@ -380,6 +437,7 @@ def build_transformer(hp, vocab_size: int, target_vocab_size: int | None = None)
         relu_dropout=hp.relu_dropout,
         dtype=hp.dtype_policy,
         name="transformer",
+        non_copy_ids=non_copy_ids if hp.source_pointer else None,
         **hp.model_fields(),
     )
     model.build()

@@ -87,7 +87,9 @@ class BleuEvaluator:
             alpha=problem.alpha,
             extra_length=problem.extra_decode_length,
         )
-        self.translator = Translator(model, self.config)
+        self.translator = Translator(
+            model, self.config, constraint=problem.search_constraint(data_dir)
+        )
 
     def describe(self) -> str:
         if self.method == "beam":

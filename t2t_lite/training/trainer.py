@@ -119,7 +119,9 @@ def build_model_and_optimizer(hp, problem, data_dir, strategy):
     vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
     keras.mixed_precision.set_dtype_policy(hp.dtype_policy)
     with strategy.scope():
-        model = build_transformer(hp, vocab_size, target_vocab_size)
+        model = build_transformer(
+            hp, vocab_size, target_vocab_size, problem.target_non_copy_ids(data_dir)
+        )
         optimizer = make_optimizer(hp, make_schedule(hp))
         optimizer.build(model.trainable_variables)
     return model, optimizer
