@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search
-from t2t_lite.decoding.constraints import BracketConstraint
+from t2t_lite.decoding.constraints import BracketConstraint, hypothesis_rows
 
 V = 9
 OPEN = [-1, -1, 0, -1, 1, -1, -1, -1, -1]  # (S -> label 0, (NP -> label 1
@@ -85,6 +85,20 @@ def test_no_bracket_inside_a_word_of_several_pieces():
 
 def test_a_row_without_leaves_may_only_end():
     assert masks_along(constraint([[]], [5]), [1])[0] == [1]
+
+
+def test_each_hypothesis_reads_the_constants_of_its_own_row():
+    # Rows a b (limit 10) and b (limit 4), two hypotheses each, both opened with (S / (NP.
+    # Hypotheses 0, 1 are row 0's: 2 used + 2 leaves + 1 close + EOS + a new close = 7 <= 10,
+    # so they may open, or place a. Hypotheses 2, 3 are row 1's: 2 + 1 + 1 + 1 + 1 = 6 > 4,
+    # so only b. Reading by n % B instead would give hypothesis 1 row 1's mask.
+    np.testing.assert_array_equal(hypothesis_rows(6, 2).numpy(), [0, 0, 0, 1, 1, 1])
+    assert hypothesis_rows(0, 0).numpy().tolist() == []
+    c = constraint([[6, 7], [7]], [10, 4])
+    state = {k: tf.repeat(v, 2, axis=0) for k, v in c.initial_state().items()}
+    state = c.update(state, tf.constant([2, 4, 2, 4]))
+    masks = [np.nonzero(row)[0].tolist() for row in c.allowed(state, tf.constant(1)).numpy()]
+    assert masks == [[2, 4, 6], [2, 4, 6], [7], [7]]
 
 
 def fixed_step(log_probs):

@@ -7,6 +7,13 @@ advances the constraint's state of each surviving hypothesis by the token it too
 search tiles it over beams and reorders it with the hypotheses, as it does its caches.
 The search knows nothing else about a constraint.
 
+Only what differs between hypotheses belongs in the state, since the search gathers all of it
+every step. What is fixed per batch row (a row's leaves, its length limit) stays in the
+constraint, [B, ...], and is read by row: with B rows and N = B * beam_size hypotheses,
+hypothesis n belongs to row n // beam_size for the whole search (`hypothesis_rows`), because
+the search tiles row b's state to hypotheses b * beam_size ... b * beam_size + beam_size - 1
+and only ever reorders hypotheses within a row.
+
 `BracketConstraint` is the one this package ships: it admits exactly the token sequences
 that are a well-formed bracketing over a given sequence of leaf tokens, for linearized
 constituency trees (`(NP the dog )NP`). See its docstring for the rules.
@@ -19,6 +26,8 @@ from typing import Any, Protocol
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite.ids import EOS_ID
+
 
 class StepConstraint(Protocol):
     """What a search needs of a constraint (N = hypotheses, V = vocabulary size)."""
@@ -30,12 +39,19 @@ class StepConstraint(Protocol):
         """[N, V] bool: the tokens each hypothesis may take as its token number i + 1.
 
         Args:
-            state: the nest of [N, ...] tensors of the hypotheses.
+            state: the nest of [N, ...] tensors of the hypotheses; N is a multiple of B, and
+                hypothesis n belongs to batch row n // (N // B).
             i: the tokens each hypothesis has generated so far (a scalar int32).
         """
 
     def update(self, state: Any, tokens: tf.Tensor) -> Any:
         """The state after each hypothesis took `tokens` [N] (an allowed token)."""
+
+
+def hypothesis_rows(num_hypotheses: tf.Tensor | int, batch: tf.Tensor | int) -> tf.Tensor:
+    """[N] int32: the batch row of each of N hypotheses over B rows, n // (N // B)."""
+    beam_size = num_hypotheses // tf.maximum(batch, 1)  # no division by zero on an empty batch
+    return tf.range(num_hypotheses) // beam_size
 
 
 class BracketConstraint:
@@ -81,7 +97,7 @@ class BracketConstraint:
         max_lengths,
         open_labels,
         close_labels,
-        eos_id: int = 1,
+        eos_id: int = EOS_ID,
         max_depth: int = 64,
         max_open_run: int | None = None,
     ):
@@ -110,13 +126,11 @@ class BracketConstraint:
         self.max_open_run = max_open_run or max_depth
 
     def initial_state(self) -> dict:
+        """The state of a hypothesis: only what its tokens change (the row's leaves, boundaries
+        and limit stay in the constraint, read by row)."""
         batch = tf.shape(self.num_leaves)[0]
         zeros = tf.zeros([batch], tf.int32)
         return {
-            "leaves": self.leaves,
-            "num_leaves": self.num_leaves,
-            "boundary": self.boundary,
-            "max_length": self.max_lengths,
             "placed": zeros,  # leaves placed so far
             "depth": zeros,  # constituents open
             "labels": tf.zeros([batch, self.max_depth], tf.int32),  # open labels, outermost first
@@ -125,14 +139,14 @@ class BracketConstraint:
         }
 
     def allowed(self, state: dict, i: tf.Tensor) -> tf.Tensor:
-        placed, depth, num_leaves = state["placed"], state["depth"], state["num_leaves"]
-        width = tf.shape(state["leaves"])[1]
-        at = tf.minimum(placed, tf.maximum(width - 1, 0))[:, tf.newaxis]  # [N, 1]
-        next_leaf = tf.gather(state["leaves"], at, batch_dims=1)[:, 0]  # [N]
+        placed, depth = state["placed"], state["depth"]
+        rows = hypothesis_rows(tf.shape(placed)[0], tf.shape(self.num_leaves)[0])  # [N]
+        num_leaves = tf.gather(self.num_leaves, rows)  # [N]
+        width = tf.shape(self.leaves)[1]
+        at = tf.stack([rows, tf.minimum(placed, tf.maximum(width - 1, 0))], axis=1)  # [N, 2]
+        next_leaf = tf.gather_nd(self.leaves, at)  # [N]
         all_placed = placed >= num_leaves  # [N]
-        at_boundary = tf.logical_or(
-            all_placed, tf.gather(state["boundary"], at, batch_dims=1)[:, 0]
-        )
+        at_boundary = tf.logical_or(all_placed, tf.gather_nd(self.boundary, at))
         # Tokens that any completion still needs after this one: the leaves left, a close
         # for every open constituent, and EOS.
         used = i + 1
@@ -144,7 +158,7 @@ class BracketConstraint:
                 depth < self.max_depth,
                 state["open_run"] < self.max_open_run,
                 tf.logical_or(depth > 0, tf.logical_not(state["started"])),
-                used + needed + 1 <= state["max_length"],  # + the new constituent's close
+                used + needed + 1 <= tf.gather(self.max_lengths, rows),  # + its close
             ],
             axis=0,
         )
@@ -197,4 +211,4 @@ class BracketConstraint:
         }
 
 
-__all__ = ["BracketConstraint", "StepConstraint"]
+__all__ = ["BracketConstraint", "StepConstraint", "hypothesis_rows"]

@@ -2,7 +2,8 @@
 
 Both run the same loop and differ only in how a step picks its token: the argmax of the model's
 distribution, or a draw from it (optionally sharpened by a temperature and cut to the top k).
-They use beam search's step contract (see `beam_search.beam_search`) with N = B.
+They call the model through `step_contract`, as documented in `beam_search.beam_search`, with
+N = B.
 
 Loop state (`_DecodeState`), with L = decode_length + 1:
 
@@ -20,13 +21,13 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from t2t_lite.decoding.beam_search import (
-    EOS_ID,
+from t2t_lite.decoding.step_contract import (
     SymbolsToLogitsFn,
     check_step_mode,
     step_log_probs,
     write_column,
 )
+from t2t_lite.ids import EOS_ID
 
 # Picks the next token [B] int32 from log-probabilities [B, V] float32 at step i.
 ChooseFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]

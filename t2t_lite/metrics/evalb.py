@@ -30,395 +30,49 @@ is a parse failure. Per sentence, as the README (sections 6 and 7) describes:
 Summaries score valid (status 0) sentences only; processing stops once MAX_ERROR sentences are
 errors.
 
-Report styles (`format_report`): "1997" reproduces `sample/sample.rsl` of the EVALB
-distribution byte for byte. "2006" is what the 2006 release (quote fix, F-measure) prints, as
-far as its staged outputs `bug/bug.rsl-old` and `bug/bug.rsl-new` show it: a "Bracketing
-FMeasure" line after precision (`nan` when P + R = 0; some C libraries print `-nan`), a
-different spacing of the totals row, error rows with 0 words, and each error's message
-("12 : Words unmatch (is|was)") on its own line before its row. With no valid sentence, the
-totals row holds only the word counts and is followed by an empty line (bug.rsl-old).
-Choices where no reference output decides: the words column of 1997 error rows counts the
-gold words after deletion (sample.rsl cannot tell this from Len), a sentence with no gold and
-no test brackets is a complete match, recall/precision of 0/0 are printed as 0.00, and the
-word-mismatch message reads like the length one (only "Length unmatch" appears in a staged file).
+This module scores (`evalb_score`, `evalb_files`, `bracket_f1`) and gathers the public names
+of the modules that do the parts, so callers need only it: `evalb_params` (parameter files),
+`evalb_trees` (reading lines), `evalb_scoring` (matching, summaries) and `evalb_report` (the
+report and its "2006" and "1997" styles).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
-import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-_TOKEN = re.compile(r"\(|\)|[^\s()]+")
-_FUNCTION_TAG = re.compile(r"[-=]")
-OK, ERROR, SKIP = 0, 1, 2
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalbParams:
-    """The settings of an EVALB parameter (.prm) file; field names follow its keys."""
-
-    debug: int = 0
-    max_error: int = 10
-    cutoff_len: int = 40
-    labeled: bool = True
-    delete_labels: frozenset = frozenset()
-    delete_labels_for_length: frozenset = frozenset()
-    quote_labels: frozenset = frozenset()
-    eq_labels: tuple = ()  # ((label, label), ...)
-    eq_words: tuple = ()  # ((word, word), ...)
-
-
-COLLINS = EvalbParams(
-    delete_labels=frozenset(["TOP", "-NONE-", ",", ":", "``", "''", "."]),
-    delete_labels_for_length=frozenset(["-NONE-"]),
-    eq_labels=(("ADVP", "PRT"),),
+from t2t_lite.metrics.evalb_params import COLLINS, EvalbParams, load_params, parse_params
+from t2t_lite.metrics.evalb_report import STYLES, format_debug, format_report
+from t2t_lite.metrics.evalb_scoring import (
+    ERROR,
+    OK,
+    SKIP,
+    EvalbResult,
+    Scorer,
+    SentenceResult,
+    Summary,
+    summarize,
 )
-_INT_KEYS = {"DEBUG": "debug", "MAX_ERROR": "max_error", "CUTOFF_LEN": "cutoff_len"}
-_SET_KEYS = {
-    "DELETE_LABEL": "delete_labels",
-    "DELETE_LABEL_FOR_LENGTH": "delete_labels_for_length",
-    "QUOTE_LABEL": "quote_labels",
-}
-_PAIR_KEYS = {"EQ_LABEL": "eq_labels", "EQ_WORD": "eq_words"}
+from t2t_lite.metrics.evalb_trees import read_lines, read_sentence
 
-
-def parse_params(text: str, source: str = "<params>") -> EvalbParams:
-    """Parses the text of an EVALB parameter file (`KEY value...` lines, `#` comments).
-
-    Raises:
-        ValueError: On an unknown key or a malformed value, naming the source and line.
-    """
-    values = {"debug": 0, "max_error": 10, "cutoff_len": 40, "labeled": True}
-    sets = {name: set() for name in _SET_KEYS.values()}
-    pairs = {name: [] for name in _PAIR_KEYS.values()}
-    for number, line in enumerate(text.splitlines(), start=1):
-        # Only whole lines are comments: "#" is also a POS tag (DELETE_LABEL # is valid).
-        fields = [] if line.lstrip().startswith("#") else line.split()
-        if not fields:
-            continue
-        key, args = fields[0], fields[1:]
-        where = f"{source}, line {number}"
-        if key in _INT_KEYS or key == "LABELED":
-            if len(args) != 1 or not re.fullmatch(r"-?\d+", args[0]):
-                raise ValueError(f"{where}: {key} takes one integer, got {' '.join(args)!r}")
-            if key == "LABELED":
-                values["labeled"] = int(args[0]) != 0
-            else:
-                values[_INT_KEYS[key]] = int(args[0])
-        elif key in _SET_KEYS:
-            if len(args) != 1:
-                raise ValueError(f"{where}: {key} takes one label, got {' '.join(args)!r}")
-            sets[_SET_KEYS[key]].add(args[0])
-        elif key in _PAIR_KEYS:
-            if len(args) != 2:
-                raise ValueError(f"{where}: {key} takes two values, got {' '.join(args)!r}")
-            pairs[_PAIR_KEYS[key]].append((args[0], args[1]))
-        else:
-            known = sorted([*_INT_KEYS, "LABELED", *_SET_KEYS, *_PAIR_KEYS])
-            raise ValueError(f"{where}: unknown key {key!r}; EVALB knows {', '.join(known)}")
-    return EvalbParams(
-        **values,
-        **{name: frozenset(labels) for name, labels in sets.items()},
-        **{name: tuple(found) for name, found in pairs.items()},
-    )
-
-
-def load_params(path: str | os.PathLike) -> EvalbParams:
-    """Reads an EVALB parameter file such as COLLINS.prm."""
-    with open(path, encoding="utf-8") as handle:
-        return parse_params(handle.read(), source=os.fspath(path))
-
-
-def _classes(pairs: Iterable) -> dict:
-    """Maps each member of an equivalence pair to one representative of its class."""
-    parent = {}
-
-    def find(item):
-        while parent.setdefault(item, item) != item:
-            item = parent[item]
-        return item
-
-    for left, right in pairs:
-        parent[find(left)] = find(right)
-    return {item: find(item) for item in parent}
-
-
-@dataclasses.dataclass(frozen=True)
-class SentenceResult:
-    """One row of the report; bracket counts are zero for error and skip sentences.
-
-    Attributes:
-        sent_id: 1-based line number. length: Len (see the module docstring).
-        status: 0 valid, 1 error, 2 skip. message: why it is an error, else "".
-        words: Gold words after deletion. correct_tags: Words whose test tag is right.
-        gold_brackets, test_brackets: `(label, start, end)` tuples, for debugging.
-    """
-
-    sent_id: int
-    length: int
-    status: int
-    matched: int = 0
-    gold: int = 0
-    test: int = 0
-    crossing: int = 0
-    words: int = 0
-    correct_tags: int = 0
-    message: str = ""
-    gold_brackets: tuple = ()
-    test_brackets: tuple = ()
-
-    @property
-    def recall(self) -> float:
-        return 100.0 * self.matched / self.gold if self.gold else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.matched / self.test if self.test else 0.0
-
-    @property
-    def tag_accuracy(self) -> float:
-        return 100.0 * self.correct_tags / self.words if self.words else 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Summary:
-    """One summary block: counts over all sentences, scores over valid ones (percent)."""
-
-    sentences: int
-    errors: int
-    skips: int
-    valid: int
-    matched: int
-    gold: int
-    test: int
-    no_crossing_sentences: int
-    words: int
-    correct_tags: int
-    recall: float
-    precision: float
-    fmeasure: float  # nan when precision + recall == 0, as EVALB prints it
-    complete_match: float
-    average_crossing: float
-    no_crossing: float
-    two_or_less_crossing: float
-    tagging_accuracy: float
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalbResult:
-    """Per-sentence rows and the two summary blocks of an EVALB run."""
-
-    sentences: tuple
-    all: Summary
-    cutoff: Summary
-    cutoff_len: int
-    stopped_early: bool = False
-
-    @property
-    def f1(self) -> float:
-        """Bracketing F-measure over all valid sentences (0.0 when undefined)."""
-        value = self.all.fmeasure
-        return 0.0 if math.isnan(value) else value
-
-
-@dataclasses.dataclass(frozen=True)
-class _Sentence:
-    """A sentence as EVALB sees it: leaves in order and phrasal spans over leaf indices."""
-
-    words: tuple
-    tags: tuple
-    spans: tuple  # ((label without function tags, first leaf, last leaf + 1), ...); "" label-less
-
-
-def _strip_function_tags(label: str) -> str:
-    if len(label) > 1 and label.startswith("-") and label.endswith("-"):
-        return label
-    match = _FUNCTION_TAG.search(label, 1)
-    return label[: match.start()] if match else label
-
-
-def _read_sentence(text: str, where: str) -> _Sentence | None:
-    """Parses one line (a tree, or several side by side); None when it holds no brackets."""
-    tokens = _TOKEN.findall(text)
-    if not tokens:
-        return None
-    words, tags, spans, stack = [], [], [], []
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        if token == "(":
-            label = tokens[index + 1] if index + 1 < len(tokens) else ")"
-            label = "" if label in ("(", ")") else label
-            index += 1 if label else 0
-            ahead = tokens[index + 1 : index + 3]
-            if label and len(ahead) == 2 and ahead[0] not in ("(", ")") and ahead[1] == ")":
-                words.append(ahead[0])
-                tags.append(label)
-                index += 2
-            else:
-                stack.append((label, len(words)))
-        elif token == ")":
-            if not stack:
-                raise ValueError(f"{where}: ')' closes nothing; the brackets are unbalanced")
-            label, start = stack.pop()
-            spans.append((_strip_function_tags(label), start, len(words)))
-        else:
-            raise ValueError(
-                f"{where}: word {token!r} has no POS tag; EVALB needs (TAG word) for every word"
-            )
-        index += 1
-    if stack:
-        raise ValueError(
-            f"{where}: {len(stack)} bracket(s) never closed; EVALB reads one tree per line"
-        )
-    return _Sentence(tuple(words), tuple(tags), tuple(spans))
-
-
-class _Scorer:
-    """Scores sentence pairs under fixed parameters (equivalence classes computed once)."""
-
-    def __init__(self, params: EvalbParams, ignore_outer_bracket: bool = False):
-        self.params = params
-        self.deleted = params.delete_labels | ({""} if ignore_outer_bracket else set())
-        self.label_class = _classes(params.eq_labels)
-        self.word_class = _classes(params.eq_words)
-
-    def same_label(self, left: str, right: str) -> bool:
-        return self.label_class.get(left, left) == self.label_class.get(right, right)
-
-    def same_word(self, left: str, right: str) -> bool:
-        return self.word_class.get(left, left) == self.word_class.get(right, right)
-
-    def keep_quotes(self, gold: _Sentence, test: _Sentence, gold_keep: list, test_keep: list):
-        """The 2006 fix: keeps words deleted on one side only when both tags are QUOTE_LABELs.
-
-        The two word sequences are aligned left to right, stepping over deleted words (traces,
-        punctuation) that have no counterpart on the other side.
-        """
-        quotes = self.params.quote_labels
-        i = j = 0
-        while i < len(gold.words) and j < len(test.words):
-            if self.same_word(gold.words[i], test.words[j]):
-                if (
-                    gold_keep[i] != test_keep[j]
-                    and gold.tags[i] in quotes
-                    and test.tags[j] in quotes
-                ):
-                    gold_keep[i] = test_keep[j] = True
-                i, j = i + 1, j + 1
-            elif not gold_keep[i]:
-                i += 1
-            elif not test_keep[j]:
-                j += 1
-            else:
-                return
-
-    def brackets(self, sentence: _Sentence, keep: list) -> list:
-        """`(label, start, end)` over kept words, without deleted labels and empty spans."""
-        position = [0]
-        for kept in keep:
-            position.append(position[-1] + kept)
-        found = []
-        for label, start, end in sentence.spans:
-            if label not in self.deleted and position[start] < position[end]:
-                found.append((label, position[start], position[end]))
-        return found
-
-    def mismatch(self, sent_id: int, gold_words: list, test_words: list) -> str:
-        """EVALB's message when the kept `(word, tag)` lists differ in length or words, else ""."""
-        if len(gold_words) != len(test_words):
-            return f"{sent_id} : Length unmatch ({len(gold_words)}|{len(test_words)})"
-        for (gold_word, _), (test_word, _) in zip(gold_words, test_words):
-            if not self.same_word(gold_word, test_word):
-                return f"{sent_id} : Words unmatch ({gold_word}|{test_word})"
-        return ""
-
-    def score(self, sent_id: int, gold: _Sentence | None, test: _Sentence | None):
-        """Returns the `SentenceResult` of one sentence pair."""
-        params = self.params
-        gold_tags = () if gold is None else gold.tags
-        length = sum(tag not in params.delete_labels_for_length for tag in gold_tags)
-        gold_keep = [tag not in params.delete_labels for tag in gold_tags]
-        if gold is None or test is None:
-            return SentenceResult(sent_id, length, SKIP, words=sum(gold_keep))
-        test_keep = [t not in params.delete_labels for t in test.tags]
-        if sum(gold_keep) != sum(test_keep) and params.quote_labels:
-            self.keep_quotes(gold, test, gold_keep, test_keep)
-        gold_words = [(w, t) for w, t, k in zip(gold.words, gold.tags, gold_keep) if k]
-        test_words = [(w, t) for w, t, k in zip(test.words, test.tags, test_keep) if k]
-        message = self.mismatch(sent_id, gold_words, test_words)
-        if message:
-            return SentenceResult(sent_id, length, ERROR, words=len(gold_words), message=message)
-        correct_tags = sum(self.same_label(g[1], t[1]) for g, t in zip(gold_words, test_words))
-        gold_brackets = self.brackets(gold, gold_keep)
-        test_brackets = self.brackets(test, test_keep)
-
-        def key(bracket):
-            label = self.label_class.get(bracket[0], bracket[0]) if params.labeled else ""
-            return (label, bracket[1], bracket[2])
-
-        matched = sum(
-            (Counter(map(key, gold_brackets)) & Counter(map(key, test_brackets))).values()
-        )
-        crossing = sum(
-            any(gs < s < ge < e or s < gs < e < ge for _, gs, ge in gold_brackets)
-            for _, s, e in test_brackets
-        )
-        return SentenceResult(
-            sent_id,
-            length,
-            OK,
-            matched=matched,
-            gold=len(gold_brackets),
-            test=len(test_brackets),
-            crossing=crossing,
-            words=len(gold_words),
-            correct_tags=correct_tags,
-            gold_brackets=tuple(gold_brackets),
-            test_brackets=tuple(test_brackets),
-        )
-
-
-def _percent(numerator: float, denominator: float, scale: float = 100.0) -> float:
-    return scale * numerator / denominator if denominator else 0.0
-
-
-def _summarize(rows: Sequence) -> Summary:
-    """The summary block of `rows` (EVALB's formulas; scores over valid sentences only)."""
-    valid = [row for row in rows if row.status == OK]
-    matched = sum(row.matched for row in valid)
-    gold = sum(row.gold for row in valid)
-    test = sum(row.test for row in valid)
-    words = sum(row.words for row in valid)
-    correct_tags = sum(row.correct_tags for row in valid)
-    recall, precision = _percent(matched, gold), _percent(matched, test)
-    no_crossing = sum(row.crossing == 0 for row in valid)
-    return Summary(
-        sentences=len(rows),
-        errors=sum(row.status == ERROR for row in rows),
-        skips=sum(row.status == SKIP for row in rows),
-        valid=len(valid),
-        matched=matched,
-        gold=gold,
-        test=test,
-        no_crossing_sentences=no_crossing,
-        words=words,
-        correct_tags=correct_tags,
-        recall=recall,
-        precision=precision,
-        fmeasure=2 * precision * recall / (precision + recall) if precision + recall else math.nan,
-        complete_match=_percent(
-            sum(row.matched == row.gold == row.test for row in valid), len(valid)
-        ),
-        average_crossing=_percent(sum(row.crossing for row in valid), len(valid), scale=1.0),
-        no_crossing=_percent(no_crossing, len(valid)),
-        two_or_less_crossing=_percent(sum(row.crossing <= 2 for row in valid), len(valid)),
-        tagging_accuracy=_percent(correct_tags, words),
-    )
+__all__ = [
+    "COLLINS",
+    "ERROR",
+    "OK",
+    "SKIP",
+    "STYLES",
+    "EvalbParams",
+    "EvalbResult",
+    "SentenceResult",
+    "Summary",
+    "bracket_f1",
+    "evalb_files",
+    "evalb_score",
+    "format_debug",
+    "format_report",
+    "load_params",
+    "parse_params",
+]
 
 
 def evalb_score(
@@ -454,11 +108,11 @@ def evalb_score(
             f"{len(test_trees)}; EVALB pairs them line by line (use an empty line for a "
             "sentence the parser failed on)"
         )
-    scorer = _Scorer(params, ignore_outer_bracket)
+    scorer = Scorer(params, ignore_outer_bracket)
     rows, errors = [], 0
     for number, (gold_text, test_text) in enumerate(zip(gold_trees, test_trees), start=1):
-        gold = _read_sentence(str(gold_text), f"{sources[0]}, line {number}")
-        test = _read_sentence(str(test_text), f"{sources[1]}, line {number}")
+        gold = read_sentence(str(gold_text), f"{sources[0]}, line {number}")
+        test = read_sentence(str(test_text), f"{sources[1]}, line {number}")
         rows.append(scorer.score(number, gold, test))
         errors += rows[-1].status == ERROR
         if errors >= params.max_error:
@@ -466,8 +120,8 @@ def evalb_score(
     cut = [row for row in rows if row.length <= params.cutoff_len]
     return EvalbResult(
         sentences=tuple(rows),
-        all=_summarize(rows),
-        cutoff=_summarize(cut),
+        all=summarize(rows),
+        cutoff=summarize(cut),
         cutoff_len=params.cutoff_len,
         stopped_early=len(rows) < len(gold_trees),
     )
@@ -491,7 +145,7 @@ def evalb_files(
     """Scores two files of one tree per line; blank lines at the end of the longer file that
     have no counterpart are ignored. `ignore_outer_bracket` as in `evalb_score`. Raises OSError
     on unreadable files."""
-    gold, test = _lines(gold_path), _lines(test_path)
+    gold, test = read_lines(gold_path), read_lines(test_path)
     for longer, other in ((gold, test), (test, gold)):
         while len(longer) > len(other) and not longer[-1].strip():
             longer.pop()
@@ -519,104 +173,3 @@ def bracket_f1(
         gold_strings, test_strings, params, ignore_outer_bracket=ignore_outer_bracket
     )
     return result.f1
-
-
-_HEADER = (
-    "  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
-    " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n"
-)
-_RULE = "=" * 76
-STYLES = ("2006", "1997")
-
-
-def _row(row: SentenceResult, style: str) -> str:
-    words = row.words if row.status == OK or style == "1997" else 0
-    return (
-        f"{row.sent_id:4d} {row.length:4d} {row.status:4d} {row.recall:7.2f} "
-        f"{row.precision:6.2f} {row.matched:5d} {row.gold:6d} {row.test:4d} "
-        f"{row.crossing:6d} {words:6d} {row.correct_tags:5d} {row.tag_accuracy:8.2f}"
-    )
-
-
-def _totals(total: Summary, style: str) -> str:
-    """The totals row. Its "Cross Bracket" column holds the number of sentences without
-    crossing brackets (16 in sample.rsl, 0 in bug.rsl-new), not the sum of crossings."""
-    word_part = f" {total.words:6d} {total.correct_tags:5d} {total.tagging_accuracy:8.2f}"
-    if not total.valid:
-        return "   " + word_part + "\n"
-    counts = (
-        f"{total.matched:6d} {total.gold:6d} {total.test:4d}"
-        if style == "1997"
-        else f"{total.matched:5d} {total.gold:5d} {total.test:5d}"
-    )
-    return (
-        f"{'':16}{total.recall:6.2f} {total.precision:6.2f} {counts} "
-        f"{total.no_crossing_sentences:6d}{word_part}"
-    )
-
-
-_BLOCK = (
-    ("Number of sentence", "sentences", "6d"),
-    ("Number of Error sentence", "errors", "6d"),
-    ("Number of Skip  sentence", "skips", "6d"),
-    ("Number of Valid sentence", "valid", "6d"),
-    ("Bracketing Recall", "recall", "6.2f"),
-    ("Bracketing Precision", "precision", "6.2f"),
-    ("Bracketing FMeasure", "fmeasure", "6.2f"),  # 2006 only
-    ("Complete match", "complete_match", "6.2f"),
-    ("Average crossing", "average_crossing", "6.2f"),
-    ("No crossing", "no_crossing", "6.2f"),
-    ("2 or less crossing", "two_or_less_crossing", "6.2f"),
-    ("Tagging accuracy", "tagging_accuracy", "6.2f"),
-)
-
-
-def _block(title: str, summary: Summary, style: str) -> list:
-    return [title] + [
-        f"{name:<26}= {getattr(summary, field):{spec}}"
-        for name, field, spec in _BLOCK
-        if style == "2006" or field != "fmeasure"
-    ]
-
-
-def format_report(result: EvalbResult, style: str = "2006") -> str:
-    """EVALB's report: per-sentence rows, the totals row, the two summary blocks.
-
-    Args:
-        result: From `evalb_score`.
-        style: "2006" (with F-measure; error messages inline, as the 2006 release prints
-            them) or "1997" (exactly `sample.rsl`; messages are left to the caller).
-
-    Returns:
-        The report text, ending with a newline.
-    """
-    if style not in STYLES:
-        raise ValueError(f"unknown report style {style!r}; choose one of {', '.join(STYLES)}")
-    lines = [_HEADER + _RULE]
-    for row in result.sentences:
-        if row.message and style == "2006":
-            lines.append(row.message)
-        lines.append(_row(row, style))
-    lines += [_RULE, _totals(result.all, style), "=== Summary ===", ""]
-    lines += _block("-- All --", result.all, style) + [""]
-    lines += _block(f"-- len<={result.cutoff_len} --", result.cutoff, style)
-    return "\n".join(lines) + "\n"
-
-
-def format_debug(result: EvalbResult) -> str:
-    """Per-sentence bracket lists (`label[start,end)` over kept words, outer first), for DEBUG.
-
-    A label-less bracket shows as `[start,end)`.
-    """
-
-    def spans(brackets: tuple) -> str:
-        # Brackets are listed as they close, so of two with one span the later is the outer.
-        ordered = sorted(enumerate(brackets), key=lambda item: (item[1][1], -item[1][2], -item[0]))
-        return " ".join(f"{label}[{start},{end})" for _, (label, start, end) in ordered) or "-"
-
-    lines = []
-    for row in result.sentences:
-        lines.append(f"sentence {row.sent_id}: status {row.status} {row.message}".rstrip())
-        lines.append(f"  gold: {spans(row.gold_brackets)}")
-        lines.append(f"  test: {spans(row.test_brackets)}")
-    return "\n".join(lines) + "\n"
