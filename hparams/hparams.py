@@ -55,6 +55,10 @@ class HParams:
     effective_batch_tokens: int = 0
     # Numerics: "float32", "mixed_bfloat16" or "mixed_float16".
     dtype_policy: str = "float32"
+    # How the layers, loss and Adam compute (t2t_lite.kernels): "keras", "cpu", or "auto"
+    # (resolved when the model is built: "cpu" on CPUs, "keras" on GPUs and TPUs). The
+    # weights and checkpoints are the same whichever kernels computed them.
+    kernels: str = "auto"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -149,6 +153,8 @@ def validate(hp: HParams) -> HParams:
             "dtype_policy must be float32, mixed_bfloat16 or mixed_float16, "
             f"got {hp.dtype_policy!r}"
         )
+    if hp.kernels not in ("auto", "cpu", "keras"):
+        raise ValueError(f"kernels must be auto, cpu or keras, got {hp.kernels!r}")
     for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
         if not 0.0 <= getattr(hp, name) < 1.0:
             raise ValueError(f"hparam {name} must be in [0, 1), got {getattr(hp, name)}")

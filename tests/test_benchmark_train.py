@@ -185,3 +185,19 @@ def test_cpu_replicas_that_do_not_divide_the_sentences_are_refused():
     args = script.parse_args(["--sentences=5", "--cpu_replicas=2"])
     with pytest.raises(SystemExit, match="--cpu_replicas=2: expected .* divides --sentences=5"):
         script.run(args)
+
+
+def test_a_configuration_may_name_its_kernel_set():
+    script = load_script()
+    hp = hparams.override(
+        hparams.get("transformer_tiny"), "hidden_size=32,filter_size=64,num_heads=2"
+    )
+    batch = script.random_batch(100, script.Shape(4, 8, 8), seed=1)
+    kernels = {
+        config: script.Runner(hp, config, 100, batch).model.kernels
+        for config in ("noxla:float32:keras", "noxla:float32:cpu", "noxla:float32")
+    }
+    # Without one, the hparams' "auto": the CPU kernels on this CPU-only machine.
+    assert list(kernels.values()) == ["keras", "cpu", "cpu"]
+    with pytest.raises(ValueError, match=r"expected \{xla,noxla\}:POLICY\[:KERNELS\]"):
+        script.Runner(hp, "noxla:float32:cpu:extra", 100, batch)

@@ -10,8 +10,8 @@ from t2t_lite.layers import (
     FeedForwardNetwork,
     LearnedPositionEmbedding,
     MultiHeadAttention,
-    SharedEmbedding,
     SinusoidalPositionEncoding,
+    TokenEmbedding,
     TransformerDecoderLayer,
     TransformerEncoderLayer,
     masks,
@@ -118,7 +118,7 @@ def test_learned_positions_take_table_rows_with_offset():
 
 
 def test_embedding_scales_by_sqrt_d_and_zeroes_padding():
-    layer = SharedEmbedding(vocab_size=12, hidden_size=D)
+    layer = TokenEmbedding(vocab_size=12, hidden_size=D)
     ids = np.array([[3, 11, 0]])
     out = np.asarray(layer(ids))
     table = layer.embeddings.numpy()
@@ -128,7 +128,7 @@ def test_embedding_scales_by_sqrt_d_and_zeroes_padding():
 
 
 def test_embedding_attend_is_the_transposed_matrix_without_bias():
-    layer = SharedEmbedding(vocab_size=12, hidden_size=D)
+    layer = TokenEmbedding(vocab_size=12, hidden_size=D)
     layer.build()
     x = _randn(2, 3, D)
     np.testing.assert_allclose(
@@ -138,7 +138,7 @@ def test_embedding_attend_is_the_transposed_matrix_without_bias():
 
 
 def test_embedding_initialiser_has_std_d_to_minus_half():
-    layer = SharedEmbedding(vocab_size=4000, hidden_size=64)
+    layer = TokenEmbedding(vocab_size=4000, hidden_size=64)
     layer.build()
     table = layer.embeddings.numpy()
     assert abs(table.mean()) < 0.002
@@ -329,12 +329,12 @@ def _round_trip_cases():
     x = _randn(2, 3, D, seed=15)
     ids = np.array([[4, 2, 0], [1, 3, 5]])
     return [
-        (lambda: MultiHeadAttention(H, D, dropout=0.1, name="mha"), {"query": x}),
-        (lambda: FeedForwardNetwork(D, F, relu_dropout=0.2), {"inputs": x}),
-        (lambda: SharedEmbedding(8, D), {"inputs": ids}),
+        (lambda: MultiHeadAttention(H, D, dropout=0.1, kernels="cpu", name="mha"), {"query": x}),
+        (lambda: FeedForwardNetwork(D, F, relu_dropout=0.2, kernels="cpu"), {"inputs": x}),
+        (lambda: TokenEmbedding(8, D), {"inputs": ids}),
         (lambda: SinusoidalPositionEncoding(max_wavelength=500.0), {"inputs": x}),
         (lambda: LearnedPositionEmbedding(7, D), {"inputs": x}),
-        (lambda: _encoder(True, dropout=0.1, attention_dropout=0.2), {"inputs": x}),
+        (lambda: _encoder(True, dropout=0.1, attention_dropout=0.2, kernels="cpu"), {"inputs": x}),
         (
             lambda: _decoder(False, relu_dropout=0.3, layer_norm_epsilon=1e-5),
             {"inputs": x, "encoder_output": x[:, :2]},

@@ -9,8 +9,9 @@
 - Under mixed_bfloat16 the matrix products run in bfloat16 but every softmax (attention
   weights, and the loss's compiled forward and backward programs) runs in float32, and the
   loss equals a float64 recomputation from the model's own logits.
-- The XLA-compiled step makes the same update as the plain TensorFlow step, and the
-  optimizer's fused Adam kernel makes the same update as Keras's Adam.
+- The XLA-compiled step makes the same update as the plain TensorFlow step, the step
+  with CPU kernels the same as the step with the Keras formulation (plain and XLA), and
+  the optimizer's fused Adam kernel the same update as Keras's Adam.
 
 (That the trainer's XLA step compiles once per batch shape, counted from XLA's own dump,
 is tests/test_trainer.py's.)
@@ -28,7 +29,7 @@ import tensorflow as tf
 
 from t2t_lite import hparams
 from t2t_lite.models import build_transformer
-from t2t_lite.training.loss import token_statistics
+from t2t_lite.training.loss import COMPILED_MIN_VOCAB, token_statistics
 from t2t_lite.training.step import TrainStep, make_optimizer
 
 VOCAB = 24
@@ -165,10 +166,12 @@ def _op_dtypes(graph: tf.Graph, op_types: set) -> list:
     return [(op.type, op.get_attr("T")) for op in graph.get_operations() if op.type in op_types]
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["xla_programs", "plain_ops"])
-def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights, compiled):
-    model = build_transformer(dataclasses.replace(HP, dtype_policy="mixed_bfloat16"), VOCAB)
-    model.set_weights(initial_weights)
+@pytest.mark.parametrize("kernels", ["cpu", "keras"])
+def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(kernels):
+    # A vocabulary for which the CPU kernels compute the loss with their XLA programs.
+    hp = dataclasses.replace(HP, dtype_policy="mixed_bfloat16", kernels=kernels)
+    keras.utils.set_random_seed(5)
+    model = build_transformer(hp, COMPILED_MIN_VOCAB)
     batch = _batches(1)[0]
     spec = {key: tf.TensorSpec([None, None], tf.int64) for key in batch}
 
@@ -176,7 +179,7 @@ def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights, c
     def loss_and_gradients(features):
         with tf.GradientTape() as tape:
             logits = model(features, training=True)
-            stats = token_statistics(logits, features["targets"], 0.1, compiled=compiled)
+            stats = token_statistics(logits, features["targets"], 0.1, kernels=kernels)
         return stats, tape.gradient(stats["loss"], model.trainable_variables)
 
     graph = loss_and_gradients.get_concrete_function().graph
@@ -192,16 +195,15 @@ def test_softmax_and_loss_run_in_float32_under_mixed_bfloat16(initial_weights, c
         if "f" in op.node_def.attr
         and re.search(r"_(forward|backward)", op.node_def.attr["f"].func.name)
     ]
-    if compiled:
+    if kernels == "cpu":
         # The loss's compiled forward and backward programs take float32 logits.
         assert len(loss_calls) == 2
         assert all(op.inputs[0].dtype == tf.float32 for op in loss_calls)
     else:
-        # Plain ops: the loss's exponential and logarithm (and their gradients) in float32.
+        # Plain ops: the loss's log-softmax (listed above) and its gradient in float32.
         assert not loss_calls
-        loss_ops = _op_dtypes(graph, {"Exp", "Log"})
-        assert {op_type for op_type, _ in loss_ops} == {"Exp", "Log"}
-        assert {dtype for _, dtype in loss_ops} == {tf.float32}
+        assert ("LogSoftmax", tf.float32) in softmaxes
+        assert {dtype for _, dtype in _op_dtypes(graph, {"Exp"})} == {tf.float32}
 
     logits = model(batch, training=False)
     assert logits.dtype == tf.float32
@@ -237,49 +239,52 @@ def test_xla_step_makes_the_same_update_as_the_plain_step(initial_weights):
     assert gap < 1e-3 * moved
 
 
-def test_fused_adam_matches_keras_adam():
+@pytest.mark.parametrize("kernels, fused_ops", [("cpu", 3), ("keras", 0)])
+def test_adam_of_either_kernel_set_matches_keras_adam(kernels, fused_ops):
     shapes = [(5, 3), (7,), (2, 3, 4)]
     rng = np.random.default_rng(4)
     start = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
-    fused_vars = [keras.Variable(w) for w in start]
-    keras_vars = [keras.Variable(w) for w in start]
-    fused = make_optimizer(HP, 1e-2)
+    ours_vars = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+    keras_vars = [keras.Variable(w, name=f"w{i}") for i, w in enumerate(start)]
+    ours = make_optimizer(dataclasses.replace(HP, kernels=kernels), 1e-2)
     stock = keras.optimizers.Adam(
         1e-2, beta_1=HP.adam_beta1, beta_2=HP.adam_beta2, epsilon=HP.adam_epsilon
     )
-    fused.build(fused_vars)
+    ours.build(ours_vars)
     stock.build(keras_vars)
-    apply = tf.function(lambda grads: fused.apply(grads, fused_vars))
+    apply = tf.function(lambda grads: ours.apply(grads, ours_vars))
     for _ in range(3):
         grads = [tf.constant(rng.normal(size=shape), tf.float32) for shape in shapes]
         apply(grads)
         stock.apply(grads, keras_vars)
     graph = apply.get_concrete_function(grads).graph
-    assert [op.type for op in graph.get_operations()].count("ResourceApplyAdam") == 3
-    for a, b, w in zip(fused_vars, keras_vars, start):
+    assert [op.type for op in graph.get_operations()].count("ResourceApplyAdam") == fused_ops
+    for a, b, w in zip(ours_vars, keras_vars, start):
         # Weights move by about lr = 1e-2 per step; rounding differs at 1e-4 of that.
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=0, atol=1e-6)
         assert np.abs(a.numpy() - w).max() > 1e-2
-    for a, b in zip(fused.variables, stock.variables):
+    # The same optimizer variables (moments of the same weights), whatever the kernels.
+    assert [v.name for v in ours.variables] == [v.name for v in stock.variables]
+    for a, b in zip(ours.variables, stock.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-8)
 
 
-def test_xla_step_sums_layer_norm_gradients_by_reductions():
-    """XLA compiles a ones-row product badly: the XLA step's graph has the two position
-    sums of every layer norm's gradient as reductions, the plain step as products."""
-    model = build_transformer(HP, VOCAB)
-    layer_norms = sum(weight.path.endswith("/gamma") for weight in model.weights)
-    assert layer_norms == 2 * HP.num_encoder_layers + 3 * HP.num_decoder_layers + (
-        2 if HP.normalize_first else 0
-    )
-    optimizer = make_optimizer(HP, LEARNING_RATE)
-    optimizer.build(model.trainable_variables)
-    spec = {key: tf.TensorSpec([None, None], tf.int64) for key in ("inputs", "targets")}
-    products = {}
-    for jit in (False, True):
-        step = TrainStep(
-            model, optimizer, tf.distribute.get_strategy(), HP.label_smoothing, jit_compile=jit
-        )
-        graph = step._gradients.get_concrete_function(spec).graph
-        products[jit] = sum(op.type == "MatMul" for op in graph.get_operations())
-    assert products[False] - products[True] == 2 * layer_norms
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["plain", "xla"])
+def test_cpu_kernel_step_makes_the_same_update_as_the_keras_step(initial_weights, jit_compile):
+    # Dropout 0 (HP): the kernel sets' random masks differ. Epsilon as in the XLA test above.
+    hp = dataclasses.replace(HP, adam_epsilon=1e-4)
+    batches = _batches(2, seed=3)
+    runs = {
+        kernels: _train(dataclasses.replace(hp, kernels=kernels), initial_weights, batches,
+                        jit_compile=jit_compile)
+        for kernels in ("keras", "cpu")
+    }  # fmt: skip
+    for a, b in zip(runs["keras"][1], runs["cpu"][1], strict=True):
+        assert a["tokens"] == b["tokens"]
+        for key in ("loss", "nll", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4), key
+    keras_weights, cpu_weights = (runs[k][0].get_weights() for k in ("keras", "cpu"))
+    moved = max(np.abs(w - s).max() for w, s in zip(keras_weights, initial_weights))
+    gap = max(np.abs(a - b).max() for a, b in zip(keras_weights, cpu_weights))
+    assert moved > 1e-3
+    assert gap < 1e-3 * moved

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from t2t_lite.kernels import cross_entropy
 from t2t_lite.training import TransformerSchedule
 from t2t_lite.training.loss import COMPILED_MIN_VOCAB, token_statistics
 
@@ -40,9 +41,9 @@ def test_schedule_serialises():
     assert float(restored(123)) == pytest.approx(float(schedule(123)))
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["training", "evaluation"])
-def test_label_smoothed_loss_by_hand(compiled):
-    # Both ways of computing the sums: XLA programs (training) and plain ops (evaluation).
+@pytest.mark.parametrize("kernel", [True, False], ids=["cpu_kernel", "keras"])
+def test_label_smoothed_loss_by_hand(kernel):
+    # Both ways of computing the sums: the CPU kernel's XLA programs and plain ops.
     # One sentence, vocabulary 3, eps = 0.1.
     # Token 1: uniform logits, label 2: -log p = log 3 for every class, so every term is log 3.
     # Token 2: logits (0, log 2, 0) -> p = (1/4, 1/2, 1/4), label 1:
@@ -50,7 +51,10 @@ def test_label_smoothed_loss_by_hand(compiled):
     # Token 3: label 0 is padding and must not count.
     logits = tf.constant([[[0.0, 0.0, 0.0], [0.0, math.log(2), 0.0], [5.0, -1.0, 2.0]]])
     labels = tf.constant([[2, 1, 0]])
-    stats = token_statistics(logits, labels, label_smoothing=0.1, compiled=compiled)
+    stats = token_statistics(logits, labels, label_smoothing=0.1)
+    if kernel:  # the kernel itself: the cpu kernel set uses it from COMPILED_MIN_VOCAB on
+        loss, nll = cross_entropy.cross_entropy_sums(logits, labels, 0.1)
+        stats.update(loss=loss, nll=nll)
     log2, log3 = math.log(2), math.log(3)
     expected_loss = log3 + (0.9 * log2 + 0.1 * (5.0 / 3.0) * log2)
     assert float(stats["tokens"]) == 2.0
@@ -60,7 +64,7 @@ def test_label_smoothed_loss_by_hand(compiled):
     assert float(stats["correct"]) == 1.0
 
 
-def _compiled_programs(vocab_size: int) -> set:
+def _compiled_programs(vocab_size: int, kernels: str) -> set:
     """Names of the XLA-compiled functions a traced loss and gradient call."""
     logits = tf.TensorSpec([None, None, vocab_size], tf.float32)
 
@@ -68,7 +72,7 @@ def _compiled_programs(vocab_size: int) -> set:
     def loss_and_gradient(z, labels):
         with tf.GradientTape() as tape:
             tape.watch(z)
-            loss = token_statistics(z, labels, 0.1, accuracy=False)["loss"]
+            loss = token_statistics(z, labels, 0.1, accuracy=False, kernels=kernels)["loss"]
         return tape.gradient(loss, z)
 
     graph = loss_and_gradient.get_concrete_function().graph.as_graph_def()
@@ -79,11 +83,12 @@ def _compiled_programs(vocab_size: int) -> set:
     }
 
 
-def test_loss_is_compiled_by_default_only_for_a_real_vocabulary():
+def test_cpu_kernels_compile_the_loss_only_for_a_real_vocabulary():
     # A dozen symbols: plain ops, nothing compiled per batch shape. A subword vocabulary:
-    # the forward and the written-out backward programs.
-    assert _compiled_programs(13) == set()
-    assert len(_compiled_programs(COMPILED_MIN_VOCAB)) == 2
+    # the forward and the written-out backward programs. The Keras formulation: never.
+    assert _compiled_programs(13, "cpu") == set()
+    assert len(_compiled_programs(COMPILED_MIN_VOCAB, "cpu")) == 2
+    assert _compiled_programs(COMPILED_MIN_VOCAB, "keras") == set()
 
 
 def test_loss_ignores_padding_columns():

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import hparams
-from t2t_lite.models import Transformer, build_transformer, shift_targets_right
+from t2t_lite.models import Transformer, build_transformer, shift_targets_right, source_pointer
 
 VOCAB, TARGET_VOCAB = 40, 30
 
@@ -265,14 +265,15 @@ BRACKETS = (2, 3, 4)  # the non-copy ids of the source-pointer tests
 
 
 def test_source_pointer_reads_the_next_source_token_to_copy():
-    model = build_transformer(_tiny(source_pointer=True), VOCAB, None, BRACKETS)
+    table = source_pointer.non_copy_table(BRACKETS, VOCAB)
+    assert table.tolist() == [0, 0, 1, 1, 1] + [0] * (VOCAB - 5)
     # Decoder input 0 ( a ( b ) c: copies are a, b, c (ids >= 2, not brackets), so the
     # next source position at each input is 0 0 1 1 2 2 3 (by hand).
     decoder_input = np.array([[0, 2, 9, 3, 10, 4, 11]], np.int32)
-    pointer = np.cumsum(np.asarray(model._copies(decoder_input)), axis=1)
+    pointer = np.cumsum(np.asarray(source_pointer.copies(decoder_input, table)), axis=1)
     assert pointer.tolist() == [[0, 0, 1, 1, 2, 2, 3]]
     encoder_output = np.arange(1 * 3 * 2, dtype=np.float32).reshape(1, 3, 2)
-    pointed = np.asarray(model._point(encoder_output, pointer))
+    pointed = np.asarray(source_pointer.read(encoder_output, pointer))
     # Past the last source position the pointer stays on it (EOS in real inputs).
     np.testing.assert_array_equal(pointed[0], encoder_output[0, [0, 0, 1, 1, 2, 2, 2]])
 
@@ -299,3 +300,111 @@ def test_source_pointer_cached_decoding_equals_full_decoding_and_uses_the_source
     assert not np.allclose(without[:, 1:], full[:, 1:], atol=1e-3)
     with pytest.raises(ValueError, match="non_copy_ids"):
         build_transformer(hp, VOCAB)
+
+
+# Kernel sets: the same variables, the same function, checkpoints that move between them.
+
+
+def _both_kernel_sets(hp=None, vocab=VOCAB):
+    """Models built with kernels "keras" and "cpu" from one seed: the same weights."""
+    models = []
+    for kernels in ("keras", "cpu"):
+        keras.utils.set_random_seed(7)
+        models.append(build_transformer(dataclasses.replace(hp or _tiny(), kernels=kernels), vocab))
+    assert [m.kernels for m in models] == ["keras", "cpu"]
+    return models
+
+
+def _loss_and_gradients(model, features, jit):
+    def run(features):
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            loss = tf.reduce_sum(tf.square(logits)) * 1e-3
+        return [logits, *tape.gradient(loss, model.trainable_variables)]
+
+    run = tf.function(run, jit_compile=True) if jit else run
+    return [np.asarray(t) for t in run(features)]
+
+
+def test_build_transformer_resolves_auto_kernels_for_this_machine():
+    assert build_transformer(_tiny(), VOCAB).kernels == "cpu"  # this machine has CPUs only
+    assert build_transformer(_tiny(kernels="keras"), VOCAB).kernels == "keras"
+    with pytest.raises(ValueError, match="kernels"):
+        Transformer(VOCAB, kernels="auto")
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "xla"])
+def test_kernel_sets_have_the_same_variables_and_compute_the_same_model(normalize_first, jit):
+    models = _both_kernel_sets(_tiny(normalize_first=normalize_first))
+    variables = [[(w.path, tuple(w.shape)) for w in m.weights] for m in models]
+    assert variables[0] == variables[1]
+    for a, b in zip(*(m.get_weights() for m in models), strict=True):
+        np.testing.assert_array_equal(a, b)
+    features = dict(zip(("inputs", "targets"), _batch(seed=6)))
+    keras_set, cpu_set = (_loss_and_gradients(m, features, jit) for m in models)
+    for a, b in zip(keras_set, cpu_set, strict=True):
+        np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4)
+    # Cached decoding, as the decoder and the exporter run it.
+    inputs, targets = _batch(seed=6)
+    steps = [_step_logits(m, inputs, targets, cache_length=8)[0] for m in models]
+    np.testing.assert_allclose(steps[1], steps[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("writer", ["keras", "cpu"])
+def test_a_checkpoint_of_one_kernel_set_restores_into_the_other(tmp_path, writer):
+    hp = _tiny(normalize_first=True)
+    keras.utils.set_random_seed(8)
+    written = build_transformer(dataclasses.replace(hp, kernels=writer), VOCAB)
+    path = tf.train.Checkpoint(model=written).save(str(tmp_path / "ckpt"))
+    reader = "cpu" if writer == "keras" else "keras"
+    keras.utils.set_random_seed(9)  # other initial weights, all overwritten by the restore
+    restored = build_transformer(dataclasses.replace(hp, kernels=reader), VOCAB)
+    tf.train.Checkpoint(model=restored).restore(path).assert_consumed()
+    features = dict(zip(("inputs", "targets"), _batch(seed=7)))
+    np.testing.assert_allclose(
+        np.asarray(restored(features)), np.asarray(written(features)), atol=1e-5
+    )
+
+
+def _layout_of_earlier_releases(hp, vocab):
+    """{checkpoint key: shape} of a shared-vocabulary pre-norm model as t2t_lite wrote it
+    before kernel sets existed: Keras's EinsumDense and Dense keep their kernels as
+    `_kernel`, the FFN's first layer as `kernel` [d_ff, D]."""
+    d, f, h = hp.hidden_size, hp.filter_size, hp.num_heads
+    attention = {f"{name}_dense/_kernel": [d, h, d // h] for name in ("query", "key", "value")}
+    attention.update({f"{name}_dense/bias": [h, d // h] for name in ("query", "key", "value")})
+    attention.update({"output_dense/_kernel": [h, d // h, d], "output_dense/bias": [d]})
+    feed_forward = {
+        "filter_dense/kernel": [f, d],
+        "filter_dense/bias": [f],
+        "output_dense/_kernel": [f, d],
+        "output_dense/bias": [d],
+    }
+    norm = {"gamma": [d], "beta": [d]}
+    blocks = {"encoder": ("self_attention",), "decoder": ("self_attention", "cross_attention")}
+    layout = {"token_embedding/embeddings": [vocab, d]}
+    for stack, attentions in blocks.items():
+        layout.update({f"{stack}_layer_norm/{k}": v for k, v in norm.items()})
+        for i in range(hp.num_encoder_layers if stack == "encoder" else hp.num_decoder_layers):
+            layer = f"{stack}_layer_{i}"
+            for block in attentions:
+                layout.update({f"{layer}/{block}/{k}": v for k, v in attention.items()})
+            layout.update({f"{layer}/feed_forward/{k}": v for k, v in feed_forward.items()})
+            for block in (*attentions, "feed_forward"):
+                layout.update({f"{layer}/{block}_layer_norm/{k}": v for k, v in norm.items()})
+    return layout
+
+
+@pytest.mark.parametrize("kernels", ["keras", "cpu"])
+def test_checkpoints_keep_the_layout_of_earlier_releases(tmp_path, kernels):
+    hp = _tiny(normalize_first=True, num_encoder_layers=2, kernels=kernels)
+    model = build_transformer(hp, VOCAB)
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    suffix = "/.ATTRIBUTES/VARIABLE_VALUE"
+    saved = {
+        name.removeprefix("model/").removesuffix(suffix): shape
+        for name, shape in tf.train.list_variables(path)
+        if name.startswith("model/")
+    }
+    assert saved == _layout_of_earlier_releases(hp, VOCAB)

@@ -1,13 +1,14 @@
-r"""The training loss and its gradient two ways: XLA programs and plain TensorFlow ops.
+r"""The training loss and its gradient two ways: the CPU kernel's XLA programs and plain ops.
 
     python tools/benchmark_loss.py [--vocab_sizes=13,1000,8000,37000] [--tokens=1024,4096] \
         [--target_length=32] [--calls=20] [--rounds=3]
 
-`t2t_lite.training.loss.cross_entropy_sums` computes the label-smoothed cross-entropy sum
-and its gradient with respect to the [B, T, V] logits either with two XLA programs (a
+The label-smoothed cross-entropy sum and its gradient with respect to the [B, T, V]
+logits are computed either by `t2t_lite.kernels.cross_entropy`, two XLA programs (a
 forward that keeps the max logit and the softmax normaliser per token, and a written-out
-backward p - q'), or with plain ops differentiated by TensorFlow. The XLA programs are
-compiled once per [B, T, V] shape; the trainer uses them when V is at least
+backward p - q'), or by `t2t_lite.training.loss.cross_entropy_sums` with
+kernels="keras", plain ops differentiated by TensorFlow. The XLA programs are compiled
+once per [B, T, V] shape; the "cpu" kernel set uses them when V is at least
 `COMPILED_MIN_VOCAB`. For each vocabulary size and batch of `--tokens` target tokens
 (B = tokens / target_length sentences), this prints the first call of each way (trace,
 plus the XLA compilation for the compiled way) and the median over `--rounds` of the
@@ -21,6 +22,7 @@ import time
 
 import tensorflow as tf
 
+from t2t_lite.kernels import cross_entropy
 from t2t_lite.training.loss import COMPILED_MIN_VOCAB, cross_entropy_sums
 
 
@@ -31,7 +33,10 @@ def loss_and_gradient(compiled: bool):
     def run(logits, labels):
         with tf.GradientTape() as tape:
             tape.watch(logits)
-            loss, _ = cross_entropy_sums(logits, labels, 0.1, compiled)
+            if compiled:
+                loss, _ = cross_entropy.cross_entropy_sums(logits, labels, 0.1)
+            else:
+                loss, _ = cross_entropy_sums(logits, labels, 0.1, kernels="keras")
         return loss, tape.gradient(loss, logits)
 
     return run
@@ -78,7 +83,7 @@ def main(argv=None) -> None:
         parser.error("--calls and --rounds need >= 1")
     print(
         f"loss + gradient of [B, {args.target_length}, V] logits; TF {tf.__version__}; "
-        f"the trainer compiles when V >= {COMPILED_MIN_VOCAB:,}"
+        f"the cpu kernels compile when V >= {COMPILED_MIN_VOCAB:,}"
     )
     print(
         "| V | target tokens | first call compiled s | first call plain s "

@@ -6,7 +6,9 @@
         [--intra_op_threads=N] [--inter_op_threads=N] [--cpu_replicas=N] [--product_repeats=3]
 
 Builds the model and the trainer's own `TrainStep` (Adam, token-normalised gradients)
-for every configuration in `--configs` (XLA on/off x float32/mixed_bfloat16), feeds
+for every configuration in `--configs` (XLA on/off x float32/mixed_bfloat16, and
+optionally the kernel set: `noxla:float32:keras` against `noxla:float32:cpu`; without
+it, the hparams' `kernels`, by default "auto", resolved for this machine), feeds
 them one fixed batch of random non-padding ids with the unknown [None, None] shapes of
 the bucketed pipeline, and prints one row per configuration: compile time (first call
 minus one step: tracing and compilation), seconds per step, steps/s, target tokens/s,
@@ -353,11 +355,13 @@ class Runner:
     """One configuration: its model, optimizer, compiled step and measurements."""
 
     def __init__(self, hp, config: str, vocab_size: int, batch: dict):
-        jit, policy = config.split(":")
-        if jit not in ("xla", "noxla"):
-            raise ValueError(f"--configs entry {config!r}: expected xla:POLICY or noxla:POLICY")
+        jit, policy, *kernels = config.split(":")
+        if jit not in ("xla", "noxla") or len(kernels) > 1:
+            raise ValueError(f"--configs entry {config!r}: expected {{xla,noxla}}:POLICY[:KERNELS]")
         self.name, self.jit_compile = config, jit == "xla"
-        self.hp = dataclasses.replace(hp, dtype_policy=policy)
+        self.hp = dataclasses.replace(
+            hp, dtype_policy=policy, kernels=kernels[0] if kernels else hp.kernels
+        )
         hparams_lib.validate(self.hp)
         keras.utils.set_random_seed(1)
         strategy = tf.distribute.get_strategy()
@@ -541,7 +545,11 @@ def parse_args(argv=None):
         default=3,
         help="calls per distinct float32 product of the step timed alone; 0 skips that part",
     )
-    parser.add_argument("--configs", default=CONFIGS, help="comma list of {xla,noxla}:POLICY")
+    parser.add_argument(
+        "--configs",
+        default=CONFIGS,
+        help="comma list of {xla,noxla}:POLICY[:KERNELS], KERNELS auto, cpu or keras",
+    )
     parser.add_argument("--intra_op_threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument("--inter_op_threads", type=int, default=0, help="0: TensorFlow's default")
     parser.add_argument(

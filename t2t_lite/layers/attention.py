@@ -1,10 +1,10 @@
 """Multi-head attention (section 3.2.2) with a fixed-size cache for decoding."""
 
-import math
-
 import keras
 from keras import ops
 
+from t2t_lite import kernels as kernel_sets
+from t2t_lite.kernels import projection
 from t2t_lite.layers.dropout import Dropout
 
 # Added to the logits of masked keys; exp() of it underflows to exactly 0 in float32.
@@ -32,9 +32,18 @@ class MultiHeadAttention(keras.layers.Layer):
         num_heads: h.
         hidden_size: D, width of the projections and of the output; divisible by h.
         dropout: dropout rate on the attention weights.
+        kernels: "keras" or "cpu": how the projections and the dropout are computed
+            (see `t2t_lite.kernels`).
     """
 
-    def __init__(self, num_heads: int, hidden_size: int, dropout: float = 0.0, **kwargs):
+    def __init__(
+        self,
+        num_heads: int,
+        hidden_size: int,
+        dropout: float = 0.0,
+        kernels: str = kernel_sets.KERAS,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if hidden_size % num_heads:
             raise ValueError(
@@ -44,6 +53,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.num_heads = num_heads
         self.hidden_size = hidden_size
         self.dropout = dropout
+        self.kernels = kernel_sets.check(kernels, "MultiHeadAttention")
         self.head_size = hidden_size // num_heads
 
     def build(self, query_shape, value_shape=None):
@@ -64,7 +74,7 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         self.output_dense.build((None, *heads))
         self.attention_dropout = Dropout(
-            self.dropout, name="attention_dropout", dtype=self.dtype_policy
+            self.dropout, kernels=self.kernels, name="attention_dropout", dtype=self.dtype_policy
         )
         self.built = True
 
@@ -78,11 +88,17 @@ class MultiHeadAttention(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
 
+    def _project(self, dense, x):
+        """`dense(x)` over [B, T, ...]; the CPU kernel computes it as one 2-D product."""
+        if self.kernels == kernel_sets.CPU:
+            return projection.positionwise(dense, x)
+        return dense(x)
+
     def compute_key_value(self, value):
         """Projects the memory once: {"key", "value"}, each [B, Tk, H, Dh]."""
         return {
-            "key": _positionwise(self.key_dense, value),
-            "value": _positionwise(self.value_dense, value),
+            "key": self._project(self.key_dense, value),
+            "value": self._project(self.value_dense, value),
         }
 
     def call(
@@ -109,7 +125,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             [B, Tq, D], or ([B, 1, D], new_cache) when `cache` is given.
         """
-        query_heads = _positionwise(self.query_dense, query)  # [B, Tq, H, Dh]
+        query_heads = self._project(self.query_dense, query)  # [B, Tq, H, Dh]
         query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
         if key_value is None:
             key_value = self.compute_key_value(query if value is None else value)
@@ -143,7 +159,7 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         weights = self.attention_dropout(weights, training=training)
         context = ops.einsum("bhqt,bthk->bqhk", weights, value)  # [B, Tq, H, Dh]
-        return _positionwise(self.output_dense, context)  # [B, Tq, D]
+        return self._project(self.output_dense, context)  # [B, Tq, D]
 
     def get_config(self):
         config = super().get_config()
@@ -152,40 +168,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "hidden_size": self.hidden_size,
                 "dropout": self.dropout,
+                "kernels": self.kernels,
             }
         )
         return config
-
-
-def _positionwise(dense, x):
-    """Applies `dense`, an EinsumDense over [B, T, ...], to all B x T positions at once.
-
-    The projection is computed as one matrix product of the [B*T, n_in] positions with
-    its kernel viewed as [n_in, n_out] (n_in, n_out the products of the einsum's input
-    and output feature axes), then its bias viewed as a vector, exactly what the
-    einsum and its bias broadcast compute. As matrix product plus vector bias, its
-    weight gradient is one contraction over all B*T positions and its bias gradient
-    TensorFlow's BiasAddGrad (applied to [B, T, ...] with static shapes, Keras lowers
-    the einsum to a batched matmul whose weight gradient is B per-sentence products
-    summed afterwards, about 1.8 times the CPU time, and the [H, Dh] bias's gradient
-    to a generic two-axis reduction, about twice BiasAddGrad's time).
-
-    Args:
-        dense: an EinsumDense whose equation starts with "bt" for x's first two axes,
-            whose other input axes are all contracted, and whose bias spans every
-            output feature axis.
-        x: [B, T, ...].
-
-    Returns:
-        [B, T, ...] the projection of every position, in `dense`'s compute dtype.
-    """
-    batch, length = ops.shape(x)[0], ops.shape(x)[1]
-    kernel = ops.cast(dense.kernel, dense.compute_dtype)
-    in_axes = len(x.shape) - 2
-    inputs = math.prod(kernel.shape[:in_axes])
-    out_shape = tuple(kernel.shape[in_axes:])
-    flat = ops.reshape(ops.cast(x, dense.compute_dtype), (-1, inputs))  # [B*T, n_in]
-    projected = ops.matmul(flat, ops.reshape(kernel, (inputs, -1)))  # [B*T, n_out]
-    bias = ops.cast(dense.bias, dense.compute_dtype)
-    projected = ops.add(projected, ops.reshape(bias, (-1,)))
-    return ops.reshape(projected, (batch, length, *out_shape))  # [B, T, ...]

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from t2t_lite import kernels as kernel_sets
 from t2t_lite.layers import masks
 from t2t_lite.layers.attention import MultiHeadAttention
 from t2t_lite.layers.dropout import Dropout
@@ -38,6 +39,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
         relu_dropout: float = 0.0,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        kernels: str = kernel_sets.KERAS,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -49,6 +51,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.normalize_first = normalize_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernels = kernel_sets.check(kernels, "TransformerDecoderLayer")
 
     def build(self, inputs_shape, encoder_output_shape=None):
         encoder_output_shape = encoder_output_shape or inputs_shape
@@ -60,6 +63,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
                 self.num_heads,
                 self.hidden_size,
                 dropout=self.attention_dropout,
+                kernels=self.kernels,
                 name=name,
                 dtype=self.dtype_policy,
             )
@@ -70,6 +74,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
             self.hidden_size,
             self.filter_size,
             relu_dropout=self.relu_dropout,
+            kernels=self.kernels,
             name="feed_forward",
             dtype=self.dtype_policy,
         )
@@ -81,12 +86,15 @@ class TransformerDecoderLayer(keras.layers.Layer):
         """Creates `{block}_layer_norm` and `{block}_dropout`."""
         layer_norm = LayerNorm(
             epsilon=self.layer_norm_epsilon,
+            kernels=self.kernels,
             name=f"{block}_layer_norm",
             dtype=self.dtype_policy,
         )
         layer_norm.build(inputs_shape)
         setattr(self, f"{block}_layer_norm", layer_norm)
-        dropout = Dropout(self.dropout, name=f"{block}_dropout", dtype=self.dtype_policy)
+        dropout = Dropout(
+            self.dropout, kernels=self.kernels, name=f"{block}_dropout", dtype=self.dtype_policy
+        )
         setattr(self, f"{block}_dropout", dropout)
 
     def compute_cross_key_value(self, encoder_output):
@@ -185,6 +193,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
                 "relu_dropout": self.relu_dropout,
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernels": self.kernels,
             }
         )
         return config

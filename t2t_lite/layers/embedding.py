@@ -1,15 +1,17 @@
-"""Token embeddings shared with the pre-softmax projection (section 3.4)."""
+"""Token embeddings, which also give the pre-softmax projection (section 3.4)."""
 
 import keras
 from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
-class SharedEmbedding(keras.layers.Layer):
+class TokenEmbedding(keras.layers.Layer):
     """One [V, D] matrix E used both ways: ids -> E[ids] * sqrt(D), and x -> x E^T.
 
     "We share the same weight matrix between the two embedding layers and the
     pre-softmax linear transformation ... we multiply those weights by sqrt(d_model)."
+    The model holds one for a shared vocabulary (source, target and pre-softmax), or
+    one per vocabulary (the source's; the target's, which gives the pre-softmax too).
     E is initialised from N(0, D^-0.5), so looked-up vectors have unit variance after
     the scaling. The padding id 0 embeds to the zero vector.
 

@@ -2,6 +2,7 @@
 
 import keras
 
+from t2t_lite import kernels as kernel_sets
 from t2t_lite.layers.attention import MultiHeadAttention
 from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.feed_forward import FeedForwardNetwork
@@ -25,6 +26,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
         relu_dropout: dropout inside the feed-forward network.
         normalize_first: pre-norm instead of the paper's post-norm.
         layer_norm_epsilon: LayerNorm's epsilon.
+        kernels: "keras" or "cpu", passed to every sub-layer (see `t2t_lite.kernels`).
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
         relu_dropout: float = 0.0,
         normalize_first: bool = False,
         layer_norm_epsilon: float = 1e-6,
+        kernels: str = kernel_sets.KERAS,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -48,38 +51,45 @@ class TransformerEncoderLayer(keras.layers.Layer):
         self.relu_dropout = relu_dropout
         self.normalize_first = normalize_first
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernels = kernel_sets.check(kernels, "TransformerEncoderLayer")
 
     def build(self, inputs_shape):
-        policy = self.dtype_policy
         self.self_attention = MultiHeadAttention(
             self.num_heads,
             self.hidden_size,
             dropout=self.attention_dropout,
+            kernels=self.kernels,
             name="self_attention",
-            dtype=policy,
+            dtype=self.dtype_policy,
         )
         self.self_attention.build(inputs_shape)
-        self.self_attention_layer_norm = LayerNorm(
-            epsilon=self.layer_norm_epsilon, name="self_attention_layer_norm", dtype=policy
-        )
-        self.self_attention_layer_norm.build(inputs_shape)
-        self.self_attention_dropout = Dropout(
-            self.dropout, name="self_attention_dropout", dtype=policy
-        )
+        self._build_norm_and_dropout("self_attention", inputs_shape)
         self.feed_forward = FeedForwardNetwork(
             self.hidden_size,
             self.filter_size,
             relu_dropout=self.relu_dropout,
+            kernels=self.kernels,
             name="feed_forward",
-            dtype=policy,
+            dtype=self.dtype_policy,
         )
         self.feed_forward.build(inputs_shape)
-        self.feed_forward_layer_norm = LayerNorm(
-            epsilon=self.layer_norm_epsilon, name="feed_forward_layer_norm", dtype=policy
-        )
-        self.feed_forward_layer_norm.build(inputs_shape)
-        self.feed_forward_dropout = Dropout(self.dropout, name="feed_forward_dropout", dtype=policy)
+        self._build_norm_and_dropout("feed_forward", inputs_shape)
         self.built = True
+
+    def _build_norm_and_dropout(self, block, inputs_shape):
+        """Creates `{block}_layer_norm` and `{block}_dropout`."""
+        layer_norm = LayerNorm(
+            epsilon=self.layer_norm_epsilon,
+            kernels=self.kernels,
+            name=f"{block}_layer_norm",
+            dtype=self.dtype_policy,
+        )
+        layer_norm.build(inputs_shape)
+        setattr(self, f"{block}_layer_norm", layer_norm)
+        dropout = Dropout(
+            self.dropout, kernels=self.kernels, name=f"{block}_dropout", dtype=self.dtype_policy
+        )
+        setattr(self, f"{block}_dropout", dropout)
 
     def call(self, inputs, attention_mask=None, training=None):
         """Maps [B, S, D] to [B, S, D].
@@ -120,6 +130,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
                 "relu_dropout": self.relu_dropout,
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernels": self.kernels,
             }
         )
         return config

@@ -5,16 +5,25 @@ The model exposes what training, decoding and export need and nothing else:
 `decode_step` that beam search drives through `symbols_to_logits_fn`.
 """
 
+import inspect
+
 import keras
 from keras import ops
 
+from t2t_lite import kernels as kernel_sets
 from t2t_lite.layers import masks
 from t2t_lite.layers.decoder_layer import TransformerDecoderLayer
 from t2t_lite.layers.dropout import Dropout
-from t2t_lite.layers.embedding import SharedEmbedding
+from t2t_lite.layers.embedding import TokenEmbedding
 from t2t_lite.layers.encoder_layer import TransformerEncoderLayer
 from t2t_lite.layers.normalization import LayerNorm
 from t2t_lite.layers.positions import LearnedPositionEmbedding, SinusoidalPositionEncoding
+from t2t_lite.models import source_pointer as pointer_lib
+
+
+def _arguments(cls) -> list:
+    """The names of `cls.__init__`'s arguments between self and the final **kwargs."""
+    return list(inspect.signature(cls.__init__).parameters)[1:-1]
 
 
 def shift_targets_right(targets):
@@ -54,12 +63,10 @@ class Transformer(keras.Model):
         dropout, attention_dropout, relu_dropout: the rates above.
         layer_norm_epsilon: LayerNorm's epsilon.
         source_pointer: add to each decoder input the encoder output at the source position
-            of the next token to copy: the number of copied tokens among the decoder inputs
-            so far, where a copied token is any id >= 2 not in `non_copy_ids`. For targets
-            that copy the source in order with other tokens between (lexicalized trees:
-            `(NP the dog )NP` over `the dog`), so the decoder always sees the next source
-            token it must place, whatever its position in the target.
+            of the next token to copy (`t2t_lite.models.source_pointer`).
         non_copy_ids: the target ids that are not copies (brackets), with `source_pointer`.
+        kernels: "keras" or "cpu", how every layer computes (`t2t_lite.kernels`); the
+            weights are the same either way.
         **kwargs: `name`, `dtype` (a dtype policy such as "mixed_bfloat16"), ...
     """
 
@@ -82,6 +89,7 @@ class Transformer(keras.Model):
         layer_norm_epsilon: float = 1e-6,
         source_pointer: bool = False,
         non_copy_ids=None,
+        kernels: str = kernel_sets.KERAS,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -107,6 +115,16 @@ class Transformer(keras.Model):
                 "Transformer: source_pointer needs non_copy_ids, the target ids that are not "
                 "copies of source tokens (the problem's target_non_copy_ids)"
             )
+        if position_encoding not in ("sinusoid", "learned"):
+            raise ValueError(
+                f"Transformer: position_encoding must be 'sinusoid' or 'learned', "
+                f"got {position_encoding!r}"
+            )
+        self.kernels = kernel_sets.check(kernels, "Transformer")
+        if source_pointer:
+            self._non_copy_table = pointer_lib.non_copy_table(
+                self.non_copy_ids, target_vocab_size or vocab_size
+            )
         self._create_layers()
 
     @property
@@ -116,67 +134,41 @@ class Transformer(keras.Model):
 
     def _create_layers(self):
         policy = self.dtype_policy
-        if self.shares_vocabulary:
-            self.token_embedding = SharedEmbedding(
-                self.vocab_size, self.hidden_size, name="token_embedding", dtype=policy
-            )
-        else:
-            self.source_embedding = SharedEmbedding(
-                self.vocab_size, self.hidden_size, name="source_embedding", dtype=policy
-            )
-            self.target_embedding = SharedEmbedding(
-                self.target_vocab_size or self.vocab_size,
-                self.hidden_size,
-                name="target_embedding",
-                dtype=policy,
-            )
-        if self.position_encoding == "sinusoid":
-            self.position_embedding = SinusoidalPositionEncoding(
-                name="position_embedding", dtype=policy
-            )
-        elif self.position_encoding == "learned":
+        vocabularies = {"token_embedding": self.vocab_size}
+        if not self.shares_vocabulary:
+            target = self.target_vocab_size or self.vocab_size
+            vocabularies = {"source_embedding": self.vocab_size, "target_embedding": target}
+        for name, size in vocabularies.items():
+            setattr(self, name, TokenEmbedding(size, self.hidden_size, name=name, dtype=policy))
+        if self.position_encoding == "learned":
             self.position_embedding = LearnedPositionEmbedding(
                 self.max_position, self.hidden_size, name="position_embedding", dtype=policy
             )
         else:
-            raise ValueError(
-                f"Transformer: position_encoding must be 'sinusoid' or 'learned', "
-                f"got {self.position_encoding!r}"
+            self.position_embedding = SinusoidalPositionEncoding(
+                name="position_embedding", dtype=policy
             )
-        self.encoder_embedding_dropout = Dropout(
-            self.dropout, name="encoder_embedding_dropout", dtype=policy
-        )
-        self.decoder_embedding_dropout = Dropout(
-            self.dropout, name="decoder_embedding_dropout", dtype=policy
-        )
-        block = {
-            "hidden_size": self.hidden_size,
-            "filter_size": self.filter_size,
-            "num_heads": self.num_heads,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "relu_dropout": self.relu_dropout,
-            "normalize_first": self.normalize_first,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "dtype": policy,
-        }
+        common = {"kernels": self.kernels, "dtype": policy}
+        for stack in ("encoder", "decoder"):
+            name = f"{stack}_embedding_dropout"
+            setattr(self, name, Dropout(self.dropout, name=name, **common))
+        # Every layer gets the model's value of each of its arguments.
+        block = {key: getattr(self, key) for key in _arguments(TransformerEncoderLayer)}
         # One attribute per layer (not a list): tf.train.Checkpoint and SavedModel track
         # attributes, and Keras 3 lists of layers are invisible to them.
-        for i in range(self.num_encoder_layers):
-            name = f"encoder_layer_{i}"
-            setattr(self, name, TransformerEncoderLayer(name=name, **block))
-        for i in range(self.num_decoder_layers):
-            name = f"decoder_layer_{i}"
-            setattr(self, name, TransformerDecoderLayer(name=name, **block))
-        self.encoder_layer_norm = None
-        self.decoder_layer_norm = None
-        if self.normalize_first:
-            self.encoder_layer_norm = LayerNorm(
-                epsilon=self.layer_norm_epsilon, name="encoder_layer_norm", dtype=policy
-            )
-            self.decoder_layer_norm = LayerNorm(
-                epsilon=self.layer_norm_epsilon, name="decoder_layer_norm", dtype=policy
-            )
+        for stack, count, layer_class in (
+            ("encoder", self.num_encoder_layers, TransformerEncoderLayer),
+            ("decoder", self.num_decoder_layers, TransformerDecoderLayer),
+        ):
+            for i in range(count):
+                name = f"{stack}_layer_{i}"
+                setattr(self, name, layer_class(name=name, dtype=policy, **block))
+        for stack in ("encoder", "decoder"):
+            name = f"{stack}_layer_norm"
+            layer_norm = None
+            if self.normalize_first:
+                layer_norm = LayerNorm(epsilon=self.layer_norm_epsilon, name=name, **common)
+            setattr(self, name, layer_norm)
 
     @property
     def encoder_layers(self) -> list:
@@ -203,10 +195,10 @@ class Transformer(keras.Model):
                 layer_norm.build(states)
         self.built = True
 
-    def _source(self) -> SharedEmbedding:
+    def _source(self) -> TokenEmbedding:
         return self.token_embedding if self.shares_vocabulary else self.source_embedding
 
-    def _target(self) -> SharedEmbedding:
+    def _target(self) -> TokenEmbedding:
         return self.token_embedding if self.shares_vocabulary else self.target_embedding
 
     def _embed(self, embedding, ids, start_index, dropout, training, pointed=None):
@@ -216,24 +208,6 @@ class Transformer(keras.Model):
         if pointed is not None:
             x = x + ops.cast(pointed, x.dtype)
         return dropout(x, training=training)
-
-    def _copies(self, ids):
-        """int32 [...]: 1 where `ids` is a copied source token (not pad, EOS or non-copy)."""
-        vocab = self.target_vocab_size or self.vocab_size
-        not_copy = ops.scatter(
-            ops.expand_dims(ops.array(self.non_copy_ids, "int32"), 1),
-            ops.ones([len(self.non_copy_ids)], "int32"),
-            (vocab,),
-        )  # [V]
-        ids = ops.cast(ids, "int32")
-        return ops.where(ids > 1, 1 - ops.take(not_copy, ids), 0)
-
-    @staticmethod
-    def _point(encoder_output, positions):
-        """encoder_output [B, S, D] at positions [B, T] (clipped to S - 1) -> [B, T, D]."""
-        last = ops.shape(encoder_output)[1] - 1
-        index = ops.minimum(positions, last)[:, :, None]  # [B, T, 1]
-        return ops.take_along_axis(encoder_output, index, axis=1)
 
     def call(self, features, training=False):
         """Teacher-forced logits.
@@ -288,8 +262,8 @@ class Transformer(keras.Model):
         """
         pointed = None
         if self.source_pointer:
-            pointer = ops.cumsum(self._copies(decoder_input_ids), axis=1)  # [B, T]
-            pointed = self._point(encoder_output, pointer)
+            copies = pointer_lib.copies(decoder_input_ids, self._non_copy_table)  # [B, T]
+            pointed = pointer_lib.read(encoder_output, ops.cumsum(copies, axis=1))
         x = self._embed(
             self._target(), decoder_input_ids, 0, self.decoder_embedding_dropout, training,
             pointed,
@@ -364,8 +338,8 @@ class Transformer(keras.Model):
         new_cache = {"encoder_mask": encoder_mask}
         pointed = None
         if self.source_pointer:
-            pointer = cache["pointer"] + self._copies(ids)  # [B]
-            pointed = self._point(cache["encoder_output"], pointer[:, None])  # [B, 1, D]
+            pointer = cache["pointer"] + pointer_lib.copies(ids, self._non_copy_table)  # [B]
+            pointed = pointer_lib.read(cache["encoder_output"], pointer[:, None])  # [B, 1, D]
             new_cache.update(pointer=pointer, encoder_output=cache["encoder_output"])
         x = self._embed(
             self._target(), ops.expand_dims(ids, 1), i, self.decoder_embedding_dropout, False,
@@ -389,29 +363,8 @@ class Transformer(keras.Model):
         return self._logits(x)[:, 0, :], new_cache
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocab_size": self.vocab_size,
-                "target_vocab_size": self.target_vocab_size,
-                "num_encoder_layers": self.num_encoder_layers,
-                "num_decoder_layers": self.num_decoder_layers,
-                "hidden_size": self.hidden_size,
-                "filter_size": self.filter_size,
-                "num_heads": self.num_heads,
-                "shared_embedding": self.shared_embedding,
-                "position_encoding": self.position_encoding,
-                "max_position": self.max_position,
-                "normalize_first": self.normalize_first,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "relu_dropout": self.relu_dropout,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "source_pointer": self.source_pointer,
-                "non_copy_ids": self.non_copy_ids,
-            }
-        )
-        return config
+        arguments = {name: getattr(self, name) for name in _arguments(Transformer)}
+        return {**super().get_config(), **arguments}
 
 
 def build_transformer(
@@ -420,8 +373,9 @@ def build_transformer(
     """Creates and builds (all weights created) the Transformer that `hp` describes.
 
     Args:
-        hp: a `t2t_lite.hparams.HParams`; its model fields, dropout rates and dtype_policy
-            are used.
+        hp: a `t2t_lite.hparams.HParams`; its model fields, dropout rates, dtype_policy
+            and kernels are used. `hp.kernels` "auto" is resolved here, once, for the
+            devices of the tf.distribute strategy in scope (`t2t_lite.kernels.resolve`).
         vocab_size: V of the (shared or source) vocabulary.
         target_vocab_size: size of a separate target vocabulary, or None.
         non_copy_ids: the problem's `target_non_copy_ids`, needed by `hp.source_pointer`.
@@ -438,6 +392,7 @@ def build_transformer(
         dtype=hp.dtype_policy,
         name="transformer",
         non_copy_ids=non_copy_ids if hp.source_pointer else None,
+        kernels=kernel_sets.resolve(hp.kernels),
         **hp.model_fields(),
     )
     model.build()

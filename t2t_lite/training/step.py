@@ -12,7 +12,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from t2t_lite.layers.normalization import position_sums_by_reduction
+from t2t_lite import kernels as kernel_sets
+from t2t_lite.kernels import adam as adam_kernel
+from t2t_lite.kernels import keras_internals
 from t2t_lite.training.loss import token_statistics
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -26,6 +28,11 @@ def make_optimizer(
 ) -> keras.optimizers.Optimizer:
     """Adam with the paper's betas and epsilon (section 5.3), fed pre-reduced gradients.
 
+    With `hp.kernels` resolving to "cpu" (`t2t_lite.kernels.resolve`, for the devices of
+    the strategy in scope, as `build_transformer` resolves it) each variable's update is
+    TensorFlow's fused Adam kernel (`t2t_lite.kernels.adam`); with "keras", Keras's.
+    The optimizer's variables are Keras Adam's either way.
+
     Under the `mixed_float16` policy Adam is wrapped in Keras's dynamic loss scaling
     (`keras.optimizers.LossScaleOptimizer`): `TrainStep` multiplies the loss by the
     current scale before the backward pass, so small float16 gradients do not flush to
@@ -34,6 +41,7 @@ def make_optimizer(
     exponent range and needs none of this.
     """
     adam = _ReducedGradientAdam(
+        fused=kernel_sets.resolve(hp.kernels) == kernel_sets.CPU,
         learning_rate=schedule,
         beta_1=hp.adam_beta1,
         beta_2=hp.adam_beta2,
@@ -50,48 +58,34 @@ def make_optimizer(
     )
 
 
+@keras_internals.skip_gradient_all_reduce
 class _ReducedGradientAdam(keras.optimizers.Adam):
     """Adam whose gradients arrive already summed over replicas by `TrainStep`.
 
     The trainer sums gradients itself, before clipping and measuring their norm, so
     the optimizer must not sum them a second time.
+
+    Args:
+        fused: update each variable with `t2t_lite.kernels.adam` where it applies.
+        **kwargs: those of `keras.optimizers.Adam`.
     """
 
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return grads_and_vars
+    def __init__(self, fused: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.fused = fused
 
     def update_step(self, gradient, variable, learning_rate):
-        """Keras Adam's update as one fused kernel per variable (TensorFlow's ApplyAdam).
-
-        Same formula: m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2),
-        w -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps). Keras spells it as about
-        ten element-wise ops, each a pass over the variable; the fused kernel makes one
-        (transformer_base on 2 CPU cores: 0.06 instead of 0.18 CPU seconds per update).
-        """
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle,
-            m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle,
-            beta1_power=tf.pow(tf.cast(self.beta_1, dtype), step),
-            beta2_power=tf.pow(tf.cast(self.beta_2, dtype), step),
-            lr=tf.cast(learning_rate, dtype),
-            beta1=tf.cast(self.beta_1, dtype),
-            beta2=tf.cast(self.beta_2, dtype),
-            epsilon=tf.cast(self.epsilon, dtype),
-            grad=tf.cast(gradient, dtype),
-        )
+        if self.fused and adam_kernel.applies(self, gradient):
+            return adam_kernel.update(self, gradient, variable, learning_rate)
+        return super().update_step(gradient, variable, learning_rate)
 
 
 class TrainStep:
     """Builds `train(iterator)` and `evaluate(batch)` for a model, optimizer and strategy.
 
     Args:
-        model: a built `Transformer` (created under `strategy.scope()`).
+        model: a built `Transformer` (created under `strategy.scope()`); the loss uses
+            the model's kernel set (`model.kernels`).
         optimizer: from `make_optimizer`, built on the model's trainable variables.
         strategy: the tf.distribute strategy.
         label_smoothing: eps of the loss.
@@ -119,6 +113,7 @@ class TrainStep:
         self.variables = model.trainable_variables
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.jit_compile = jit_compile
+        self.kernels = getattr(model, "kernels", kernel_sets.KERAS)
         self._gradients = tf.function(self._gradients_fn, jit_compile=jit_compile)
         self.accumulators = None
         if accumulation_steps > 1:
@@ -150,16 +145,16 @@ class TrainStep:
         self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True)
 
     def _gradients_fn(self, batch):
-        with position_sums_by_reduction(self.jit_compile):
-            with tf.GradientTape() as tape:
-                logits = self.model(batch, training=True)
-                stats = token_statistics(
-                    logits, batch["targets"], self.label_smoothing, accuracy=False
-                )
-                loss = stats["loss"]
-                if self.loss_scaled:
-                    loss = loss * self.optimizer.dynamic_scale
-            grads = tape.gradient(loss, self.variables)
+        with tf.GradientTape() as tape:
+            logits = self.model(batch, training=True)
+            stats = token_statistics(
+                logits, batch["targets"], self.label_smoothing, accuracy=False,
+                kernels=self.kernels,
+            )  # fmt: skip
+            loss = stats["loss"]
+            if self.loss_scaled:
+                loss = loss * self.optimizer.dynamic_scale
+        grads = tape.gradient(loss, self.variables)
         return [tf.convert_to_tensor(g) for g in grads], stats
 
     def _apply(self, grads, stats):
@@ -238,7 +233,8 @@ class TrainStep:
 
     def _replica_evaluate(self, batch):
         logits = self.model(batch, training=False)
-        stats = token_statistics(logits, batch["targets"], self.label_smoothing, compiled=False)
+        # Plain ops: evaluation meets many batch shapes, each a compilation for the CPU loss.
+        stats = token_statistics(logits, batch["targets"], self.label_smoothing)
         context = tf.distribute.get_replica_context()
         return dict(zip(EVAL_KEYS, context.all_reduce(SUM, [stats[k] for k in EVAL_KEYS])))
 
