@@ -17,13 +17,14 @@ constant within a few hundred steps (seen on the WSJ sample).
 import dataclasses
 
 from t2t_lite.hparams.hparams import HParams
-from t2t_lite.hparams.transformer import transformer_big
+from t2t_lite.hparams.transformer import BIG_WIDTHS, transformer_base
 
 
 def transformer_parsing() -> HParams:
     """Section 6.3: N=4, d_model 1024, d_ff 4096, h 16, dropout 0.2; trees up to 512 tokens."""
     return dataclasses.replace(
-        transformer_big(),
+        transformer_base(),
+        **BIG_WIDTHS,
         num_encoder_layers=4,
         num_decoder_layers=4,
         shared_embedding=False,
@@ -49,7 +50,8 @@ def transformer_parsing_small() -> HParams:
     the measurements.
     """
     return dataclasses.replace(
-        transformer_parsing(),
+        transformer_base(),
+        shared_embedding=False,
         num_encoder_layers=2,
         num_decoder_layers=2,
         hidden_size=256,

@@ -1,7 +1,7 @@
 """Named hparams sets for the Transformer, one function each.
 
-A derived set is `dataclasses.replace(parent(), ...)`, one level deep, so each set
-reads in one place. Figures in comments are from Vaswani et al. (2017), Table 3.
+Every set is `transformer_base()` with its differences written out, one level deep, so
+each set reads in one place. Figures in comments are from Vaswani et al. (2017), Table 3.
 
 The paper's sets update on about 25,000 target tokens whatever the devices
 (`effective_batch_tokens`; the trainer accumulates batches to reach it). The sets for
@@ -14,6 +14,8 @@ from t2t_lite.hparams.hparams import HParams
 
 # Section 5.1: "approximately 25000 source tokens and 25000 target tokens" per batch.
 PAPER_BATCH_TOKENS = 25_000
+# Table 3, "big": the widths of the big model.
+BIG_WIDTHS = {"hidden_size": 1024, "filter_size": 4096, "num_heads": 16}
 
 
 def transformer_base() -> HParams:
@@ -27,14 +29,12 @@ def transformer_base() -> HParams:
 
 def transformer_big() -> HParams:
     """The paper's big model: d_model 1024, d_ff 4096, h 16, P_drop 0.3 (En-De)."""
-    return dataclasses.replace(
-        transformer_base(), hidden_size=1024, filter_size=4096, num_heads=16, dropout=0.3
-    )
+    return dataclasses.replace(transformer_base(), **BIG_WIDTHS, dropout=0.3)
 
 
 def transformer_big_enfr() -> HParams:
     """The big model as trained for En-Fr, with P_drop 0.1 (section 6.1)."""
-    return dataclasses.replace(transformer_big(), dropout=0.1)
+    return dataclasses.replace(transformer_base(), **BIG_WIDTHS, dropout=0.1)
 
 
 def transformer_base_single_gpu() -> HParams:
@@ -51,7 +51,8 @@ def transformer_base_single_gpu() -> HParams:
 def transformer_big_single_gpu() -> HParams:
     """transformer_big for one device: the batch that fits, longer warmup, P_drop 0.1."""
     return dataclasses.replace(
-        transformer_big(),
+        transformer_base(),
+        **BIG_WIDTHS,
         batch_size=2048,
         warmup_steps=16000,
         dropout=0.1,

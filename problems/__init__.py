@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib
 import inspect
 
+from t2t_lite.ids import EOS_ID, PAD_ID
 from t2t_lite.problems import algorithmic, multi30k, parsing, wmt
-from t2t_lite.problems.problem import EOS_ID, PAD_ID, Problem, TextEncoder
+from t2t_lite.problems.problem import Problem, TextEncoder
 
 _PROBLEMS = (
     algorithmic.AlgorithmicCopy,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from t2t_lite.problems.problem import EOS_ID, TRAIN, Problem, TextEncoder
+from t2t_lite.ids import EOS_ID
+from t2t_lite.problems.problem import TRAIN, Problem, TextEncoder
 
 _FIRST_SYMBOL_ID = 2
 _SEEDS = {"train": 1, "dev": 2, "test": 3}

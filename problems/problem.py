@@ -1,8 +1,11 @@
 """The `Problem` base class: what a named task supplies to training, decoding and export.
 
 A problem knows its data (how to generate or read examples), its vocabulary (a
-`TextEncoder`), its batching (tensor2tensor's length buckets, `pipeline.py`), and its
-decoding defaults (the paper's beam size, length penalty and extra length).
+`TextEncoder`), its batching (tensor2tensor's length buckets, `pipeline.py`), its
+decoding defaults (the paper's beam size, length penalty and extra length), and its
+outputs: what the decoder writes for a decoded text (`outputs`), how outputs are scored
+against references (`score`) and how the scores read (`format_scores`). The base class
+scores by exact match; translation scores BLEU, parsing EVALB F1.
 Examples are dicts of int64 id vectors `{"inputs": [S], "targets": [T]}` ending in EOS.
 """
 
@@ -10,13 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 
 import tensorflow as tf
 
 from t2t_lite.problems import pipeline
-
-PAD_ID = 0
-EOS_ID = 1
 
 TRAIN, EVAL, TEST = "train", "dev", "test"
 
@@ -81,6 +82,56 @@ class Problem:
         """
         del data_dir
         return None
+
+    def outputs(
+        self, hypotheses: Sequence[str], input_text: str, reference: str | None = None
+    ) -> list:
+        """What the decoder writes for one input line: one text per hypothesis, best first.
+
+        Args:
+            hypotheses: the detokenized hypotheses of the line ("" for an unfilled beam slot).
+            input_text: the input line.
+            reference: its reference, when the decodes are being scored.
+
+        The default writes the hypotheses as decoded.
+        """
+        del input_text, reference
+        return list(hypotheses)
+
+    def check_references(self, references: Sequence[str], source: str) -> None:
+        """Raises a ValueError naming `source` and the line of a reference `score` cannot read.
+
+        The default reads any text.
+        """
+        del references, source
+
+    def score(self, hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+        """Scores `outputs` against aligned references: {"metric": name, ...values}.
+
+        The default: the share of hypotheses equal to their reference.
+        """
+        if len(hypotheses) != len(references):
+            raise ValueError(
+                f"{len(hypotheses)} hypotheses but {len(references)} references; "
+                "pass one hypothesis per reference, in order"
+            )
+        matches = sum(h == r for h, r in zip(hypotheses, references))
+        return {
+            "metric": "accuracy",
+            "num_sentences": len(hypotheses),
+            "exact_match": {
+                "label": "sequence exact match (%)",
+                "score": 100.0 * matches / max(len(hypotheses), 1),
+                "matches": matches,
+            },
+        }
+
+    def format_scores(self, report: dict) -> list:
+        """One printable line per score of a `score` report, each with its label."""
+        match = report["exact_match"]
+        return [
+            f"{match['label']}: {match['score']:.2f} ({match['matches']}/{report['num_sentences']})"
+        ]
 
     def vocab_sizes(self, data_dir: str) -> tuple:
         """(input vocab size, target vocab size or None when the vocabulary is shared)."""

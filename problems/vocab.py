@@ -33,7 +33,8 @@ import sentencepiece as spm
 import tensorflow as tf
 from sentencepiece import sentencepiece_model_pb2
 
-from t2t_lite.problems.problem import EOS_ID, PAD_ID, TextEncoder
+from t2t_lite.ids import EOS_ID, PAD_ID
+from t2t_lite.problems.problem import TextEncoder
 
 UNK_ID = 2
 NUM_BYTE_PIECES = 256

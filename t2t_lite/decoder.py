@@ -59,15 +59,16 @@ def main(argv):
     if bool(FLAGS.decode_from_file) == FLAGS.decode_interactive:
         raise app.UsageError("pass exactly one of --decode_from_file and --decode_interactive")
     from t2t_lite import problems
-    from t2t_lite.inference import decode, load_trained_model
+    from t2t_lite.inference import decode
+    from t2t_lite.runs import load_trained_model
+    from t2t_lite.search import SearchConfig
 
     def to_stderr(line):
         print(line, file=sys.stderr, flush=True)
 
     printer = to_stderr if FLAGS.decode_interactive else print
     try:
-        config = decode.search_config(
-            problems.get(FLAGS.problem),
+        search = dict(
             method=FLAGS.method,
             beam_size=FLAGS.beam_size,
             alpha=FLAGS.alpha,
@@ -78,6 +79,7 @@ def main(argv):
             # Every returned beam must be exact, not only the best one.
             stop_early=not FLAGS.return_beams,
         )
+        SearchConfig.for_problem(problems.get(FLAGS.problem), **search)  # checked before restoring
         trained = load_trained_model(
             FLAGS.problem,
             FLAGS.data_dir,
@@ -86,6 +88,7 @@ def main(argv):
             FLAGS.hparams_set,
             FLAGS.hparams,
         )
+        config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
         decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
         printer(f"decoding with {trained.checkpoint_path}: {config}")
         if FLAGS.decode_interactive:

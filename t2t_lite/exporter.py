@@ -40,7 +40,7 @@ flags.DEFINE_list(
 )  # fmt: skip
 flags.DEFINE_integer(
     "max_input_length", None, "Longest accepted input in ids, EOS included; default: "
-    "hparams max_position - extra_length - 1."
+    "hparams max_position - extra_length."
 )  # fmt: skip
 flags.DEFINE_string(
     "ids_model_name", None, "Name of the ids-only SavedModel; default MODEL_NAME_ids; "
@@ -54,18 +54,9 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    from t2t_lite.export import ExportConfig, export_from_run
-    from t2t_lite.inference import RestoreError
+    from t2t_lite.export import export_from_run
 
     try:
-        config = ExportConfig(
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            extra_length=FLAGS.extra_length,
-            beam_sizes=tuple(int(size) for size in FLAGS.beam_sizes),
-            max_input_length=FLAGS.max_input_length,
-            ids_model_name=FLAGS.ids_model_name,
-        )
         result = export_from_run(
             FLAGS.problem,
             FLAGS.data_dir,
@@ -75,9 +66,14 @@ def main(argv):
             checkpoint_path=FLAGS.checkpoint_path,
             hparams_set=FLAGS.hparams_set or None,
             overrides=FLAGS.hparams,
-            config=config,
+            ids_model_name=FLAGS.ids_model_name,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            extra_length=FLAGS.extra_length,
+            beam_sizes=tuple(int(size) for size in FLAGS.beam_sizes),
+            max_input_length=FLAGS.max_input_length,
         )
-    except (RestoreError, ValueError) as error:
+    except ValueError as error:  # RestoreError, SearchConfigError, ExportError
         sys.exit(f"t2t_lite.exporter: {error}")
     print(f"exported version {result.version}: {result.text_dir}")
     if result.ids_dir:

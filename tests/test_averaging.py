@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 from conftest import shared_run_folder
 
-from t2t_lite.inference import load_trained_model
+from t2t_lite.runs import load_trained_model
+from t2t_lite.runs.checkpoints import OBJECT_GRAPH_KEY
 from t2t_lite.training.averaging import PROVENANCE_FILE, average_last_checkpoints
-from t2t_lite.training.checkpoints import OBJECT_GRAPH_KEY
 
 NUM_SAVES = 4
 # The Transformer run: 8 steps, a checkpoint every 2 (ckpt-2 .. ckpt-8), the last 3 averaged.

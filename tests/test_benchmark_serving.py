@@ -14,9 +14,10 @@ import keras
 import pytest
 
 from t2t_lite import hparams, problems
-from t2t_lite.export import ExportConfig, export_model
-from t2t_lite.inference.restore import TrainedModel
+from t2t_lite.export import export_model
 from t2t_lite.models import build_transformer
+from t2t_lite.runs import TrainedModel
+from t2t_lite.search import SearchConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1"
@@ -34,8 +35,8 @@ def model_dir(tmp_path_factory):
     model = build_transformer(hp, *problem.vocab_sizes(""))
     trained = TrainedModel(model, hp, problem, "(untrained)")
     export_dir = tmp_path_factory.mktemp("export")
-    config = ExportConfig(beam_size=2, extra_length=4, ids_model_name="")
-    export_model(trained, "", str(export_dir), "rev", config)
+    search = SearchConfig.for_problem(problem, hp, beam_size=2, extra_length=4)
+    export_model(trained, "", str(export_dir), "rev", search, ids_model_name="")
     return export_dir / "rev"
 
 

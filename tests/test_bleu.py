@@ -17,7 +17,7 @@ from t2t_lite.metrics import (
     sacrebleu_corpus,
     split_compounds,
     tokenized_bleu,
-    write_bleu_json,
+    write_scores_json,
 )
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -124,7 +124,7 @@ def test_mismatched_line_counts_are_refused_with_both_counts():
 def test_report_labels_both_scores_and_round_trips_through_json(tmp_path):
     report = bleu_report(HYPS, REFS, "de")
     path = tmp_path / "decode" / "bleu.json"
-    write_bleu_json(path, report)
+    write_scores_json(path, report)
     loaded = json.loads(path.read_text(encoding="utf-8"))
     assert loaded["num_sentences"] == 3 and loaded["lang"] == "de"
     assert loaded["sacrebleu"]["label"] == SACREBLEU_LABEL

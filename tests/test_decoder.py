@@ -24,15 +24,9 @@ from test_averaging import run_module, trained_tiny_run
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite import hparams, problems
-from t2t_lite.inference import RestoreError, decode, load_trained_model
-from t2t_lite.inference.decode import (
-    DecodeError,
-    Decoder,
-    decode_file,
-    length_batches,
-    read_lines,
-    search_config,
-)
+from t2t_lite.inference import DecodeError, Decoder, decode, decode_file, read_lines
+from t2t_lite.runs import RestoreError, load_trained_model
+from t2t_lite.search import SearchConfig, length_batches
 from t2t_lite.training import bleu_eval, trainer
 
 MULTI30K_HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,batch_size=512,max_length=32"
@@ -68,7 +62,12 @@ def reverse_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def reverse_decoder(reverse_run):
     trained = load_trained_model("algorithmic_reverse", "", str(reverse_run))
-    return Decoder(trained, "", search_config(trained.problem), printer=lambda line: None)
+    return Decoder(
+        trained,
+        "",
+        SearchConfig.for_problem(trained.problem, trained.hp),
+        printer=lambda line: None,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +186,8 @@ def test_too_long_lines_are_cut_with_a_warning(reverse_decoder):
     trained = reverse_decoder.trained
     short = dataclasses.replace(trained, hp=dataclasses.replace(trained.hp, max_position=16))
     messages = []
-    decoder = Decoder(short, "", search_config(trained.problem), printer=messages.append)
+    config = SearchConfig.for_problem(short.problem, short.hp)
+    decoder = Decoder(short, "", config, printer=messages.append)
     assert decoder.max_input_tokens == 16 - 10 - 1
     long_line = " ".join(str(i % 10) for i in range(9))
     result = decoder.translate(["1 2", long_line, "3"])
@@ -382,7 +382,7 @@ def test_trainer_logs_sacrebleu_and_samples_on_a_bleu_problem(multi30k_run, shar
     # first dev sentences against the raw reference file.
     trained = load_trained_model("multi30k_ende", str(data_dir), str(output_dir))
     assert trained.checkpoint_path.endswith("ckpt-4")
-    greedy = search_config(trained.problem, method="greedy")
+    greedy = SearchConfig.for_problem(trained.problem, trained.hp, method="greedy")
     decoder = Decoder(trained, str(data_dir), greedy, printer=lambda line: None)
     hypotheses = decoder.translate(sources).best
     expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
@@ -418,7 +418,7 @@ def test_trainer_bleu_with_beam_search_is_sacrebleu_of_the_beam_decodes(
     )
     assert evaluator.references == references and evaluator.sources == sources
     # The problem's beam (4, alpha 0.6), decoded here from the raw source text.
-    beam = search_config(trained.problem, method="beam")
+    beam = SearchConfig.for_problem(trained.problem, trained.hp, method="beam")
     assert (evaluator.config.beam_size, evaluator.config.alpha) == (4, 0.6) == (
         beam.beam_size, beam.alpha
     )  # fmt: skip
@@ -476,8 +476,10 @@ def test_output_lines_never_break_line_alignment(tmp_path):
         target_tokens=0,
         seconds=1.0,
     )
-    assert result.lines() == ["a b c", "", "x y"]
-    assert result.lines(return_beams=True) == ["a b c\td e", "\t", "x y\tz"]
+    problem, inputs = problems.get("algorithmic_reverse"), ["1", "", "2"]
+    lines = decode.output_lines(problem, result, inputs)
+    assert lines == ["a b c", "", "x y"]
+    assert decode.output_lines(problem, result, inputs, True) == ["a b c\td e", "\t", "x y\tz"]
     path = tmp_path / "out.txt"
-    decode.write_lines(str(path), result.lines())
+    decode.write_lines(str(path), lines)
     assert path.read_text(encoding="utf-8").splitlines() == ["a b c", "", "x y"]

@@ -14,9 +14,9 @@ from conftest import shared_run_folder
 
 from t2t_lite import hparams
 from t2t_lite.decoding import NEG_INF, beam_search
-from t2t_lite.inference import SearchConfig, Translator, load_trained_model
-from t2t_lite.inference.translator import row_limits
 from t2t_lite.models import build_transformer
+from t2t_lite.runs import load_trained_model
+from t2t_lite.search import SearchConfig, Translator, row_limits
 from t2t_lite.training import trainer
 
 EOS = 1

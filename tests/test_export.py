@@ -17,11 +17,11 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from t2t_lite import hparams, problems
-from t2t_lite.export import ExportConfig, ExportError, SymbolCodec, codec_for, export_from_run
-from t2t_lite.export.exporter import METADATA_FILE, WARMUP_FILE, resolve_options
-from t2t_lite.inference import SearchConfig, Translator, decode, load_trained_model, strip_ids
-from t2t_lite.inference.decode import pad_batch
+from t2t_lite.export import SymbolCodec, codec_for, export_from_run
+from t2t_lite.export.exporter import METADATA_FILE, WARMUP_FILE
 from t2t_lite.problems.algorithmic import SymbolEncoder
+from t2t_lite.runs import load_trained_model
+from t2t_lite.search import SearchConfig, SearchConfigError, Translator, pad_batch, strip_ids
 from t2t_lite.training import trainer
 
 PROBLEM = "algorithmic_reverse"
@@ -110,8 +110,7 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(run, tmp_path_factory):
     export_dir = tmp_path_factory.mktemp("export")
-    config = ExportConfig(beam_size=BEAM, alpha=ALPHA)
-    return export_from_run(PROBLEM, "", run, str(export_dir), "rev", config=config)
+    return export_from_run(PROBLEM, "", run, str(export_dir), "rev", beam_size=BEAM, alpha=ALPHA)
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +315,7 @@ def test_blank_sentences_translate_to_blank_lines(fresh, run):
 def test_bad_inputs_fail_with_messages(fresh):
     assert "integers 0..9 separated by spaces" in fresh["bad_token"] and "[x]" in fresh["bad_token"]
     assert "symbols must be below 10" in fresh["bad_symbol"]
-    assert "longer than this export's limit of 1013 ids" in fresh["too_long"].replace("\\'", "'")
+    assert "longer than this export's limit of 1014 ids" in fresh["too_long"].replace("\\'", "'")
     assert "below the vocabulary size 12" in fresh["bad_id"]
 
 
@@ -456,8 +455,8 @@ def test_model_trained_under_mirrored_strategy_exports_the_same(tmp_path, senten
     manifest = json.load(open(os.path.join(run, "manifest.json")))
     assert manifest["replicas"] == 2
     result = export_from_run(PROBLEM, "", run, str(tmp_path / "export"), "rev",
-                             config=ExportConfig(beam_size=BEAM, alpha=ALPHA, beam_sizes=(BEAM,),
-                                                 ids_model_name=""))  # fmt: skip
+                             beam_size=BEAM, alpha=ALPHA, beam_sizes=(BEAM,),
+                             ids_model_name="")  # fmt: skip
     input_ids, ids, scores, text = _search(run, sentences, BEAM, ALPHA)
     reloaded = tf.saved_model.load(result.text_dir)
     outputs = reloaded.signatures["serving_default"](sentences=tf.constant(sentences))
@@ -486,16 +485,22 @@ def test_codec_for_refuses_encoders_without_an_in_graph_twin():
 
 def test_search_options_follow_the_problem_and_the_paper():
     problem, hp = problems.get("multi30k_ende"), hparams.get("transformer_base")
-    options = resolve_options(ExportConfig(), problem, hp)
+    options = SearchConfig.for_problem(problem, hp)
     assert (options.beam_size, options.alpha, options.extra_length) == (4, 0.6, 50)
     assert options.beam_sizes == (1, 2, 4)
-    assert options.max_input_length == 1024 - 50 - 1
-    wide = resolve_options(ExportConfig(beam_size=21, alpha=0.3), problem, hp)
+    # Output positions run to S + extra_length - 1 < max_position, so S <= 1024 - 50.
+    assert options.max_input_length == 1024 - 50
+    wide = SearchConfig.for_problem(problem, hp, beam_size=21, alpha=0.3)
     assert wide.beam_sizes == (1, 2, 4, 8, 16, 21)
-    with pytest.raises(ExportError, match="alpha must be >= 0"):
-        resolve_options(ExportConfig(alpha=-1.0), problem, hp)
-    with pytest.raises(ExportError, match="lower --extra_length"):
-        resolve_options(ExportConfig(extra_length=1100), problem, hp)
+    parsing = SearchConfig.for_problem(problems.get("wsj_parsing"), hp)
+    assert (parsing.beam_size, parsing.alpha, parsing.extra_length) == (21, 0.3, 300)
+    assert SearchConfig.for_problem(problem, hp, beam_sizes=(2, 8)).beam_sizes == (2, 4, 8)
+    with pytest.raises(SearchConfigError, match="--alpha must be >= 0"):
+        SearchConfig.for_problem(problem, hp, alpha=-1.0)
+    with pytest.raises(SearchConfigError, match="lower --extra_length"):
+        SearchConfig.for_problem(problem, hp, extra_length=1100)
+    with pytest.raises(SearchConfigError, match="--beam_sizes must all be >= 1"):
+        SearchConfig.for_problem(problem, hp, beam_sizes=(0, 2))
 
 
 # Reloads a text SavedModel in a new process and translates the sentences given.
@@ -543,7 +548,7 @@ def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data)
     trainer.train_and_evaluate(config, hp, printer=lambda line: None)
     result = export_from_run(
         "multi30k_ende", data_dir, config.output_dir, str(tmp_path / "export"), "ende",
-        config=ExportConfig(beam_size=2, beam_sizes=(2,)),
+        beam_size=2, beam_sizes=(2,),
     )  # fmt: skip
     with gzip.open(shared_data / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
         sentences = [next(f).rstrip("\n") for _ in range(12)]
@@ -579,6 +584,6 @@ def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data)
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     trained = load_trained_model("multi30k_ende", data_dir, config.output_dir)
-    translator = Translator(trained.model, decode.search_config(problem, beam_size=2))
+    translator = Translator(trained.model, SearchConfig.for_problem(problem, beam_size=2))
     ids, _ = translator.search(input_ids)
     np.testing.assert_array_equal(np.load(tmp_path / "out" / "output_ids.npy"), ids[:, :, 1:])

@@ -26,8 +26,10 @@ import pytest
 
 from t2t_lite import hparams, problems
 from t2t_lite.export.exporter import METADATA_FILE
-from t2t_lite.inference import SearchConfig, decode, load_trained_model
+from t2t_lite.inference import decode
 from t2t_lite.problems import trees
+from t2t_lite.runs import load_trained_model
+from t2t_lite.search import SearchConfig
 from t2t_lite.training import trainer
 
 PROBLEM = "wsj_parsing"

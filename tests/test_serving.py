@@ -28,7 +28,7 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite import hparams
-from t2t_lite.export import ExportConfig, export_from_run
+from t2t_lite.export import export_from_run
 from t2t_lite.serving.batching import merge_inputs
 from t2t_lite.serving.rest import PredictRequest, TensorInfo
 from t2t_lite.training import trainer
@@ -120,7 +120,7 @@ def model_dir(tmp_path_factory):
     export_dir = tmp_path_factory.mktemp("export")
     export_from_run(
         "algorithmic_reverse", "", str(run), str(export_dir), "rev",
-        config=ExportConfig(beam_size=2, ids_model_name=""),
+        beam_size=2, ids_model_name="",
     )  # fmt: skip
     return export_dir / "rev"
 
@@ -268,7 +268,7 @@ LONG = "7 " * 5000  # 10,000 characters: 5,000 symbols
             "choose one of [1, 2]",
         ),
         ({"instances": ["1 x"]}, 400, "integers 0..9 separated by spaces"),
-        ({"instances": [LONG]}, 400, "longer than this export's limit of 1013 ids"),
+        ({"instances": [LONG]}, 400, "longer than this export's limit of 1014 ids"),
         (b"x" * (MAX_BODY + 1), 413, "the limit is 65,536 (the server's --max_body_bytes)"),
         ({"instances": ["1"] * (MAX_ROWS + 1)}, 413, "the limit is 4 per request"),
         ({"inputs": ["1"] * (MAX_ROWS + 1)}, 413, "a larger --max_request_rows"),

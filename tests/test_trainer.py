@@ -16,8 +16,9 @@ import tensorflow as tf
 
 from t2t_lite import hparams, problems
 from t2t_lite.layers import feed_forward
-from t2t_lite.training import cpu_features, run_dir, trainer
-from t2t_lite.training.progress import Progress
+from t2t_lite.runs import run_dir
+from t2t_lite.runs.progress import Progress
+from t2t_lite.training import cpu_features, trainer
 from t2t_lite.training.schedule import TransformerSchedule
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
@@ -380,7 +381,10 @@ _RUNTIME_LOG = re.compile(
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--save_every=0"], "--save_every=0: must be >= 1 (steps between checkpoints)"),
+        (
+            ["--save_every=0"],
+            "--save_every=0: must be >= 1 (Write a checkpoint every this many steps.)",
+        ),
         (
             ["--problem=multi30k_ende", "--data_dir={empty}"],
             "{empty}/multi30k_ende/metadata.json: not found",
@@ -411,7 +415,7 @@ def test_user_errors_end_as_one_line_without_traceback(args, message, tmp_path):
         ("cpu_replicas", 0, ">= 1"),
         ("eval_bleu_sentences", -1, ">= 0"),
         ("num_gpus", -1, ">= 0"),
-        ("eval_decode_method", "sample", "beam or greedy"),
+        ("eval_decode_method", "sample", "one of beam, greedy"),
     ],
 )
 def test_run_config_refuses_values_that_cannot_work(field, value, allowed, tmp_path):
@@ -505,3 +509,26 @@ def test_resuming_from_a_checkpoint_of_another_layout_is_a_clear_error(tmp_path,
     d, f = hp.hidden_size, hp.filter_size
     assert f"filter_dense/_kernel: not in the model (found [{d}, {f}])" in message
     assert "filter_dense/kernel: missing in the checkpoint" in message
+
+
+def test_the_commands_flags_are_run_config_fields_with_their_defaults(tmp_path):
+    import dataclasses
+
+    from absl import flags as absl_flags
+
+    from t2t_lite.training import run_config
+
+    values = absl_flags.FlagValues()
+    run_config.define_flags(values)
+    values(["trainer", f"--output_dir={tmp_path}", "--eval_every=7", "--nojit_compile"])
+    config = run_config.from_flags(values)
+    assert config == trainer.RunConfig(output_dir=str(tmp_path), eval_every=7, jit_compile=False)
+    fields = dataclasses.fields(trainer.RunConfig)
+    assert sorted(values) == sorted(field.name for field in fields)
+    for field in fields:
+        if field.default is not dataclasses.MISSING:
+            assert values[field.name].default == field.default, field.name
+    # The command itself lists them in its --help.
+    shown = _cli("--help").stdout
+    for field in fields:
+        assert re.search(rf"--(\[no\])?{field.name}:", shown), field.name

@@ -56,10 +56,16 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search
-from t2t_lite.export import ExportConfig, export_model
-from t2t_lite.inference import SearchConfig, Translator, load_trained_model, strip_ids
-from t2t_lite.inference.decode import length_batches, pad_batch, search_config
-from t2t_lite.inference.translator import row_limits
+from t2t_lite.export import export_model
+from t2t_lite.runs import load_trained_model
+from t2t_lite.search import (
+    SearchConfig,
+    Translator,
+    length_batches,
+    pad_batch,
+    row_limits,
+    strip_ids,
+)
 
 CACHED = "in-process cached (Translator)"
 UNCACHED = "in-process uncached (full decode/step)"
@@ -231,12 +237,8 @@ def export_and_load(trained, data_dir: str, export_dir: str, config: SearchConfi
         data_dir,
         export_dir,
         trained.problem.name,
-        ExportConfig(
-            beam_size=config.beam_size,
-            alpha=config.alpha,
-            extra_length=config.extra_length,
-            ids_model_name="",
-        ),
+        config,
+        ids_model_name="",
     )
     seconds = time.perf_counter() - start
     try:
@@ -266,7 +268,9 @@ def main(argv=None) -> dict:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
 
     trained = load_trained_model(args.problem, args.data_dir, args.output_dir, args.checkpoint_path)
-    config = search_config(trained.problem, beam_size=args.beam_size, alpha=args.alpha)
+    config = SearchConfig.for_problem(
+        trained.problem, trained.hp, beam_size=args.beam_size, alpha=args.alpha
+    )
     encoders = trained.problem.encoders(args.data_dir)
     if args.source_file:
         texts = file_lines(args.source_file, args.num_sentences)
@@ -287,7 +291,7 @@ def main(argv=None) -> dict:
         export_dir = args.export_dir or os.path.join(temporary, "export")
         exported, loaded, seconds = export_and_load(trained, args.data_dir, export_dir, config)
         print(
-            f"exported version {exported.version} (beam sizes {list(exported.options.beam_sizes)}"
+            f"exported version {exported.version} (beam sizes {list(exported.search.beam_sizes)}"
             f") in {seconds:.1f} s: {exported.text_dir}"
             + ("" if args.export_dir else " (temporary)")
         )

@@ -56,7 +56,9 @@ def _plain_copy(raw_dir: str, name: str, folder: str) -> str:
 def run(args) -> dict:
     from t2t_lite import hparams as hparams_lib
     from t2t_lite import problems
-    from t2t_lite.inference import decode, load_trained_model
+    from t2t_lite.inference import decode
+    from t2t_lite.runs import load_trained_model
+    from t2t_lite.search import SearchConfig
     from t2t_lite.training import average_last_checkpoints, trainer
 
     data_dir = os.path.join(args.work_dir, "data")
@@ -94,8 +96,8 @@ def run(args) -> dict:
     }
     trained = load_trained_model(PROBLEM, data_dir, output_dir, checkpoint_path=averaged)
     results["updates"] = int(averaged.rsplit("-", 1)[1])
-    config = decode.search_config(
-        trained.problem, beam_size=args.beam_size, alpha=args.alpha
+    config = SearchConfig.for_problem(
+        trained.problem, trained.hp, beam_size=args.beam_size, alpha=args.alpha
     )
     decoder = decode.Decoder(trained, data_dir, config, batch_size=64)
     for stem in SPLITS:

@@ -36,8 +36,9 @@ import tensorflow as tf  # noqa: E402
 
 from t2t_lite import hparams as hparams_lib  # noqa: E402
 from t2t_lite import problems  # noqa: E402
-from t2t_lite.inference import SearchConfig, Translator, load_trained_model, strip_ids  # noqa: E402
 from t2t_lite.problems import EOS_ID, trees  # noqa: E402
+from t2t_lite.runs import load_trained_model  # noqa: E402
+from t2t_lite.search import SearchConfig, Translator, strip_ids  # noqa: E402
 from t2t_lite.training.trainer import RunConfig, train_and_evaluate  # noqa: E402
 
 PROBLEM = "wsj_parsing"
@@ -137,10 +138,8 @@ def report_row(name: str, scores: dict) -> str:
 
 def search_config(args, problem) -> SearchConfig:
     """Beam search with the problem's defaults unless flags override them; says which."""
-    config = SearchConfig(
-        beam_size=args.beam_size or problem.beam_size,
-        alpha=problem.alpha if args.alpha is None else args.alpha,
-        extra_length=args.extra_length or problem.extra_decode_length,
+    config = SearchConfig.for_problem(
+        problem, beam_size=args.beam_size, alpha=args.alpha, extra_length=args.extra_length
     )
     defaults = (problem.beam_size, problem.alpha, problem.extra_decode_length)
     same = (config.beam_size, config.alpha, config.extra_length) == defaults
@@ -162,9 +161,10 @@ def parse(model, problem, config, constraint, encoder, inputs, gold, args, name:
         f"{well_formed} outputs were well-formed trees over the words, the rest were repaired"
     )
     write_lines(Path(args.work_dir) / f"{name}.linearized", outputs)
-    parsed = problem.with_gold_tags(
-        [problem.postprocess(out, text) for out, text in zip(outputs, inputs)], gold
-    )
+    parsed = [
+        problem.outputs([out], text, reference)[0]
+        for out, text, reference in zip(outputs, inputs, gold)
+    ]
     write_lines(Path(args.work_dir) / name, parsed)
     return parsed
 

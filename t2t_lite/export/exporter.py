@@ -28,7 +28,7 @@ graph, since a beam is a static dimension); alpha may be any value >= 0. A sente
 translation does not depend on the batch it comes in: each row generates at most its own
 length (EOS included) + extra_length ids, however wide the batch is padded.
 
-The search is the one of `t2t_lite.inference.Translator`: the model's `encode`,
+The search is the one of `t2t_lite.search.Translator`: the model's `encode`,
 `init_cache` and cached `decode_step` under `t2t_lite.decoding.beam_search`, so a
 reloaded SavedModel gives exactly the in-process outputs.
 """
@@ -42,10 +42,11 @@ import shutil
 
 import tensorflow as tf
 
-from t2t_lite.decoding import EOS_ID
-from t2t_lite.export.searcher import BeamSearcher, SearchOptions
+from t2t_lite.export.searcher import BeamSearcher
 from t2t_lite.export.text_codec import codec_for
-from t2t_lite.inference.restore import TrainedModel, load_trained_model
+from t2t_lite.ids import EOS_ID
+from t2t_lite.runs.restore import TrainedModel, load_trained_model
+from t2t_lite.search import SearchConfig
 
 IDS_SUFFIX = "_ids"
 METADATA_FILE = os.path.join("assets.extra", "t2t_lite_export.json")
@@ -59,59 +60,25 @@ class ExportError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class ExportConfig:
-    """How the exported search behaves; None takes the problem's decoding default.
-
-    Attributes:
-        beam_size: the default beam (K) of the signatures without options.
-        alpha: the default length-penalty exponent.
-        extra_length: decode at most S + extra_length tokens.
-        beam_sizes: the beams a request may ask for; () = powers of two below
-            `beam_size` and `beam_size` itself.
-        max_input_length: longest accepted source (ids, EOS included); None =
-            hp.max_position - extra_length - 1, the longest whose positions the model knows.
-        ids_model_name: name of the ids-only SavedModel; None = MODEL_NAME + "_ids",
-            "" = do not write it.
-    """
-
-    beam_size: int | None = None
-    alpha: float | None = None
-    extra_length: int | None = None
-    beam_sizes: tuple = ()
-    max_input_length: int | None = None
-    ids_model_name: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
 class ExportResult:
     """What `export_model` wrote: the version and its folders (ids_dir None if not written)."""
 
     version: int
     text_dir: str
     ids_dir: str | None
-    options: SearchOptions
+    search: SearchConfig
 
 
-def resolve_options(config: ExportConfig, problem, hp) -> SearchOptions:
-    """Fills the config's gaps from the problem's decoding defaults; checks the values."""
-    beam_size = config.beam_size or problem.beam_size
-    alpha = problem.alpha if config.alpha is None else config.alpha
-    extra_length = config.extra_length or problem.extra_decode_length
-    sizes = config.beam_sizes or [2**p for p in range(8) if 2**p < beam_size]
-    beam_sizes = tuple(sorted(set(sizes) | {beam_size}))
-    if min(beam_sizes) < 1:
-        raise ExportError(f"beam sizes must be >= 1, got {beam_sizes}; fix --beam_size(s)")
-    if alpha < 0:
-        raise ExportError(f"alpha must be >= 0, got {alpha}; fix --alpha")
-    if extra_length < 1:
-        raise ExportError(f"extra_length must be >= 1, got {extra_length}; fix --extra_length")
-    max_input = config.max_input_length or hp.max_position - extra_length - 1
-    if max_input < 1:
-        raise ExportError(
-            f"max_input_length {max_input} leaves no room: hparams max_position "
-            f"{hp.max_position} minus extra_length {extra_length}; lower --extra_length"
-        )
-    return SearchOptions(beam_size, float(alpha), extra_length, beam_sizes, max_input)
+def export_search(trained: TrainedModel, search: SearchConfig | None = None) -> SearchConfig:
+    """`search`, or the problem's defaults, with the model's input limit; beam search only."""
+    if search is None:
+        search = SearchConfig.for_problem(trained.problem, trained.hp)
+    if search.method != "beam":
+        raise ExportError(f"exports search with beam search, not {search.method}")
+    if search.max_input_length is None:
+        limit = trained.hp.max_position - search.extra_length
+        search = dataclasses.replace(search, max_input_length=limit)
+    return search
 
 
 class TranslationModule(tf.Module):
@@ -165,7 +132,7 @@ class TranslationModule(tf.Module):
         input_ids = tf.TensorSpec([None, None], tf.int32, name="input_ids")
         beam_size = tf.TensorSpec([], tf.int32, name="beam_size")
         alpha = tf.TensorSpec([], tf.float32, name="alpha")
-        options = self.searcher.options
+        options = self.searcher.search_config
 
         def defaults():
             return tf.constant(options.beam_size, tf.int32), tf.constant(options.alpha, tf.float32)
@@ -226,7 +193,8 @@ def export_model(
     data_dir: str,
     export_dir: str,
     model_name: str,
-    config: ExportConfig = ExportConfig(),
+    search: SearchConfig | None = None,
+    ids_model_name: str | None = None,
 ) -> ExportResult:
     """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
 
@@ -235,14 +203,17 @@ def export_model(
         data_dir: the data folder of the problem (for its vocabulary).
         export_dir: the folder of exported models.
         model_name: the model's name; its versions go to EXPORT_DIR/MODEL_NAME/.
-        config: search settings and limits.
+        search: the default beam and alpha, the beams a request may ask for and the
+            longest input (`SearchConfig.for_problem`); None = the problem's defaults.
+        ids_model_name: name of the ids-only SavedModel; None = MODEL_NAME + "_ids",
+            "" = do not write it.
 
     Returns:
         ExportResult with the version and the two version folders.
     """
     if not model_name or os.sep in model_name or model_name.startswith("."):
         raise ExportError(f"model name {model_name!r} must be a plain folder name")
-    options = resolve_options(config, trained.problem, trained.hp)
+    search = export_search(trained, search)
     encoders = trained.problem.encoders(data_dir)
     source_codec = codec_for(encoders["inputs"], trained.problem.name)
     target_codec = (
@@ -250,7 +221,7 @@ def export_model(
         if encoders["targets"] is encoders["inputs"]
         else codec_for(encoders["targets"], trained.problem.name)
     )
-    ids_name = model_name + IDS_SUFFIX if config.ids_model_name is None else config.ids_model_name
+    ids_name = model_name + IDS_SUFFIX if ids_model_name is None else ids_model_name
     text_base = os.path.join(export_dir, model_name)
     ids_base = os.path.join(export_dir, ids_name) if ids_name else None
     version = next_version(text_base, *([ids_base] if ids_base else []))
@@ -258,11 +229,11 @@ def export_model(
         "problem": trained.problem.name,
         "checkpoint": trained.checkpoint_path,
         "hparams": dataclasses.asdict(trained.hp),
-        "search": dataclasses.asdict(options),
+        "search": dataclasses.asdict(search),
         "version": version,
     }
     searcher = BeamSearcher(
-        trained.model, options, constraint=trained.problem.search_constraint(data_dir)
+        trained.model, search, constraint=trained.problem.search_constraint(data_dir)
     )
     text_module = TranslationModule(searcher, source_codec, target_codec)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
@@ -270,7 +241,7 @@ def export_model(
     if ids_base:
         ids_module = TranslationModule(searcher)
         ids_dir = _save(ids_module, ids_base, version, dict(metadata, kind="ids"))
-    return ExportResult(version, text_dir, ids_dir, options)
+    return ExportResult(version, text_dir, ids_dir, search)
 
 
 def export_from_run(
@@ -282,10 +253,16 @@ def export_from_run(
     checkpoint_path: str | None = None,
     hparams_set: str | None = None,
     overrides: str = "",
-    config: ExportConfig = ExportConfig(),
+    ids_model_name: str | None = None,
+    **search_overrides,
 ) -> ExportResult:
-    """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call."""
+    """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.
+
+    `search_overrides` (beam_size, alpha, extra_length, beam_sizes, max_input_length; None
+    = the problem's default) go to `SearchConfig.for_problem`.
+    """
     trained = load_trained_model(
         problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides
     )
-    return export_model(trained, data_dir, export_dir, model_name, config)
+    search = SearchConfig.for_problem(trained.problem, trained.hp, **search_overrides)
+    return export_model(trained, data_dir, export_dir, model_name, search, ids_model_name)

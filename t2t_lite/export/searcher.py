@@ -1,7 +1,7 @@
 """The model and its beam search as one traced function, for SavedModels.
 
 `BeamSearcher.search(input_ids [B, S], beam_size [], alpha [])` runs the search of
-`t2t_lite.inference.Translator` (the model's `encode`, `init_cache` and cached
+`t2t_lite.search.Translator` (the model's `encode`, `init_cache` and cached
 `decode_step` under `t2t_lite.decoding.beam_search`), with alpha a tensor and the beam
 chosen among a fixed set of sizes, each a branch of the graph (a beam is a static
 dimension). It checks its inputs first and fails with InvalidArgumentErrors that say what
@@ -10,22 +10,9 @@ was wrong: too long, ids out of the vocabulary, a beam size not offered, alpha <
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
-from t2t_lite.inference.translator import model_beam_search
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchOptions:
-    """An ExportConfig resolved against the problem and the hparams."""
-
-    beam_size: int
-    alpha: float
-    extra_length: int
-    beam_sizes: tuple
-    max_input_length: int
+from t2t_lite.search import SearchConfig, model_beam_search
 
 
 class _Untracked:
@@ -64,16 +51,16 @@ class BeamSearcher(tf.Module):
 
     Args:
         model: a built Transformer with `encode`, `init_cache` and `decode_step`.
-        options: the resolved SearchOptions.
+        search_config: the export's SearchConfig (beam search, with `max_input_length`).
         constraint: the problem's `search_constraint`, or None (see `Translator`).
     """
 
-    def __init__(self, model, options: SearchOptions, constraint=None):
+    def __init__(self, model, search_config: SearchConfig, constraint=None):
         super().__init__(name="beam_searcher")
         self._model_ref = _Untracked(model)
         self._constraint = _Untracked(constraint)
         self.weights = backing_variables(model)
-        self.options = options
+        self.search_config = search_config
         self._source_vocab_size = model.vocab_size
         self.search = tf.function(
             self._search,
@@ -87,10 +74,10 @@ class BeamSearcher(tf.Module):
     def _search(self, input_ids, beam_size, alpha):
         """ids [B, S] int32 -> (ids [B, K, L] int32 without the start column, scores [B, K]).
 
-        `beam_size` names one of `options.beam_sizes`; anything else is an
+        `beam_size` names one of `search_config.beam_sizes`; anything else is an
         InvalidArgumentError, as are inputs that are too long or out of the vocabulary.
         """
-        sizes = self.options.beam_sizes
+        sizes = self.search_config.beam_sizes
         allowed = tf.constant(sizes, tf.int32)
         offered = tf.equal(allowed, beam_size)  # [len(sizes)]
         checks = self._input_checks(input_ids, alpha)
@@ -112,7 +99,7 @@ class BeamSearcher(tf.Module):
         return ids[:, :, 1:], scores  # [B, K, L], [B, K]
 
     def _input_checks(self, input_ids, alpha) -> list:
-        limit = self.options.max_input_length
+        limit = self.search_config.max_input_length
         return [
             tf.debugging.assert_less_equal(
                 tf.shape(input_ids)[1],
@@ -138,6 +125,6 @@ class BeamSearcher(tf.Module):
             input_ids,
             beam_size,
             alpha,
-            self.options.extra_length,
+            self.search_config.extra_length,
             constraint=self._constraint.value,
         )

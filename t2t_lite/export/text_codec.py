@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from t2t_lite.ids import EOS_ID
 from t2t_lite.problems.algorithmic import SymbolEncoder
-from t2t_lite.problems.problem import EOS_ID
 from t2t_lite.problems.vocab import SentencePieceEncoder
 
 _FIRST_SYMBOL_ID = 2

@@ -1,13 +1,18 @@
-"""Using a trained model: restoring it from a run and searching with it."""
+"""Decoding text files and typed lines with a trained model: the decoder command's library.
 
-from t2t_lite.inference.restore import RestoreError, TrainedModel, load_trained_model
-from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
+It restores runs with `t2t_lite.runs` and searches with `t2t_lite.search`; what is written
+and how it is scored belongs to the problem (`Problem.outputs`, `score`, `format_scores`).
+"""
+
+from t2t_lite.inference.decode import Decoder, DecodeResult, decode_file, interactive
+from t2t_lite.inference.text_files import DecodeError, read_lines, write_lines
 
 __all__ = [
-    "RestoreError",
-    "SearchConfig",
-    "TrainedModel",
-    "Translator",
-    "load_trained_model",
-    "strip_ids",
+    "DecodeError",
+    "DecodeResult",
+    "Decoder",
+    "decode_file",
+    "interactive",
+    "read_lines",
+    "write_lines",
 ]

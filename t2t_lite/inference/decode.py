@@ -10,11 +10,10 @@ the model, so the output stays aligned with the input line for line.
 
 Output format: one line per input line, the best hypothesis; with `return_beams`, the
 beam's K hypotheses best first, separated by tabs (always K fields: a beam slot that no
-hypothesis filled is empty). A parsing problem (eval_metric "parse_f1") writes trees, not
-the decoded linearized trees: `problem.postprocess` turns each into a bracketed tree over
-the input's words, with the placeholder POS tag `XX` on the leaves, or, when a reference
-file is scored, its gold tags (the trees that are scored, so that
-`python -m t2t_lite.evalb -p COLLINS.prm REFERENCE OUTPUT` recomputes the printed scores).
+hypothesis filled is empty). What is written for a hypothesis is the problem's
+(`problem.outputs`: the text as decoded, or for parsing a tree over the input's words), and
+so are the scores of a reference file (`problem.score`, `problem.format_scores`): the
+decodes written are the ones scored.
 
 Inputs that cannot be decoded as given are reported, never skipped silently: a line the
 vocabulary refuses stops the run naming the file and line; a line longer than the model's
@@ -28,23 +27,16 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
-import numpy as np
-import tensorflow as tf
+from t2t_lite.inference.text_files import DecodeError, one_line, read_lines, write_lines
+from t2t_lite.metrics import write_scores_json
+from t2t_lite.runs.progress import format_duration
+from t2t_lite.runs.restore import TrainedModel
+from t2t_lite.search import SearchConfig, Translator, length_batches, pad_batch, strip_ids
 
-from t2t_lite.inference.restore import TrainedModel
-from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
-from t2t_lite.metrics import bleu_report, write_bleu_json
-from t2t_lite.training.progress import format_duration
-
-EOS_ID = 1
 # A line whose tokens are at least this share of byte-fallback pieces gets a warning.
 BYTE_FALLBACK_SHARE = 0.5
-
-
-class DecodeError(ValueError):
-    """Input that cannot be decoded; the message names the file, the line and what to do."""
 
 
 @dataclasses.dataclass
@@ -70,89 +62,6 @@ class DecodeResult:
     def best(self) -> list:
         """The best hypothesis of every line."""
         return [beams[0] for beams in self.beams]
-
-    def lines(self, return_beams: bool = False) -> list:
-        """Output lines: the best hypotheses, or all K tab-separated with `return_beams`.
-
-        Line breaks (and, between beams, tabs) inside a hypothesis become spaces, so one
-        input line always gives exactly one output line.
-        """
-        if return_beams:
-            return [
-                "\t".join(one_line(beam).replace("\t", " ") for beam in beams)
-                for beams in self.beams
-            ]
-        return [one_line(best) for best in self.best]
-
-
-def read_lines(path: str) -> list:
-    """The lines of a UTF-8 text file, split on "\\n" only (a final "\\r" is dropped).
-
-    Splitting on "\\n" alone keeps line numbers equal to `wc -l` and sacreBLEU's view of
-    the file, even when a line holds other Unicode line separators.
-
-    Raises:
-        DecodeError: for a missing file or invalid UTF-8, naming the line.
-    """
-    try:
-        with tf.io.gfile.GFile(path, "rb") as handle:
-            data = handle.read()
-    except tf.errors.NotFoundError:
-        raise DecodeError(f"{path}: file not found") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DecodeError(
-            f"{path} line {line}: not valid UTF-8 (byte {error.start}); convert the file to UTF-8"
-        ) from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
-# Characters that end a line for some reader (Python's str.splitlines, editors, sacreBLEU's
-# file reading): a model can emit them through byte-fallback pieces.
-_LINE_BREAKS = str.maketrans({c: " " for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"})
-
-
-def one_line(text: str) -> str:
-    """`text` with every line-break character replaced by a space."""
-    return text.translate(_LINE_BREAKS)
-
-
-def write_lines(path: str, lines: Iterable[str]) -> None:
-    """Writes one line per item (UTF-8, "\\n"), creating the parent folder.
-
-    Line-break characters inside an item become spaces, so line i of the file is
-    always item i.
-    """
-    folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        for line in lines:
-            handle.write(one_line(line) + "\n")
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list:
-    """Indices of `lengths` sorted longest first, cut into batches of `batch_size`.
-
-    Ties keep input order, so the batches are deterministic.
-    """
-    order = sorted(range(len(lengths)), key=lambda index: (-lengths[index], index))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def pad_batch(sequences: Sequence[Sequence[int]]) -> np.ndarray:
-    """EOS-terminated, 0-padded int32 [B, S] ids of token lists (EOS not included in them)."""
-    width = max(len(ids) for ids in sequences) + 1
-    batch = np.zeros([len(sequences), width], np.int32)  # [B, S]
-    for row, ids in enumerate(sequences):
-        batch[row, : len(ids)] = ids
-        batch[row, len(ids)] = EOS_ID
-    return batch
 
 
 class _Progress:
@@ -187,7 +96,7 @@ class Decoder:
     Args:
         trained: the restored model (`load_trained_model`).
         data_dir: the data folder holding the problem's vocabulary.
-        config: how to search; see `search_config` for the problem's defaults.
+        config: how to search (`SearchConfig.for_problem(problem, hp, ...)`).
         batch_size: sentences per batch.
         printer: where progress lines and warnings go.
         report_every: seconds between progress lines.
@@ -216,7 +125,8 @@ class Decoder:
             trained.model, config, constraint=self.problem.search_constraint(data_dir)
         )
         # Decoder positions run to S + extra_length - 1 with S = tokens + EOS.
-        self.max_input_tokens = trained.hp.max_position - config.extra_length - 1
+        limit = trained.hp.max_position - config.extra_length
+        self.max_input_tokens = min(config.max_input_length or limit, limit) - 1
         if self.max_input_tokens < 1:
             raise DecodeError(
                 f"extra_length {config.extra_length} leaves no room for input under the "
@@ -275,7 +185,7 @@ class Decoder:
         encoded, warnings = self.encode(lines, source, first_line)
         for warning in warnings:
             self.printer(f"warning: {warning}")
-        width = self.config.beam_size if self.config.method == "beam" else 1
+        width = self.config.width
         beams = [[""] * width for _ in lines]
         scores = [[] for _ in lines]
         present = [index for index, ids in enumerate(encoded) if ids is not None]
@@ -297,20 +207,6 @@ class Decoder:
         return DecodeResult(beams, scores, warnings, tokens, time.monotonic() - start)
 
 
-def search_config(problem, **overrides) -> SearchConfig:
-    """The problem's decoding defaults (the paper's, section 6.1) with `overrides` that are not None.
-
-    Keys: method, beam_size, alpha, extra_length, temperature, top_k, seed, stop_early.
-    """
-    values = {
-        "beam_size": problem.beam_size,
-        "alpha": problem.alpha,
-        "extra_length": problem.extra_decode_length,
-    }
-    values.update({key: value for key, value in overrides.items() if value is not None})
-    return SearchConfig(**values)
-
-
 def _byte_fallback_ids(encoder) -> frozenset:
     """Ids of SentencePiece byte-fallback and unknown pieces; empty for other encoders."""
     model_proto = getattr(encoder, "model_proto", None)
@@ -326,65 +222,6 @@ def _byte_fallback_ids(encoder) -> frozenset:
     )
 
 
-def score_outputs(problem, hypotheses: Sequence[str], references: Sequence[str]) -> dict:
-    """Scores detokenized hypotheses against references with the problem's metric.
-
-    BLEU problems get `bleu_report` (sacreBLEU with its signature and the paper's tokenized
-    BLEU, each labelled); accuracy problems get the share of exactly matching lines.
-
-    Raises:
-        DecodeError: for a problem scored by another tool (parsing: EVALB).
-    """
-    check_scorable(problem)
-    if problem.eval_metric == "parse_f1":
-        return dict(metric="parse_f1", **problem.score(hypotheses, references))
-    if problem.eval_metric == "bleu":
-        return dict(metric="bleu", **bleu_report(hypotheses, references, problem.target_language))
-    matches = sum(h == r for h, r in zip(hypotheses, references, strict=True))
-    return {
-        "metric": "accuracy",
-        "num_sentences": len(hypotheses),
-        "exact_match": {
-            "label": "sequence exact match (%)",
-            "score": 100.0 * matches / max(len(hypotheses), 1),
-            "matches": matches,
-        },
-    }
-
-
-def check_scorable(problem) -> None:
-    """Raises DecodeError unless `score_outputs` can score `problem` (BLEU or accuracy)."""
-    if problem.eval_metric not in ("bleu", "accuracy", "parse_f1"):
-        raise DecodeError(
-            f"problem {problem.name} is scored by {problem.eval_metric}, not by the decoder; "
-            "score the decodes with `python -m t2t_lite.evalb -p COLLINS.prm GOLD DECODES`"
-        )
-
-
-def format_scores(report: dict) -> list:
-    """One printable line per score, each with its label and signature."""
-    if report["metric"] == "parse_f1":
-        return [
-            f"EVALB bracketing F1 (COLLINS.prm): {report['f1']:.2f} (precision "
-            f"{report['precision']:.2f}, recall {report['recall']:.2f}, "
-            f"{report['valid']}/{report['sentences']} sentences scored)"
-        ]
-    if report["metric"] == "bleu":
-        return [
-            f"{result['label']}: {result['score']:.2f}  [{result['signature']}]"
-            for result in (report["sacrebleu"], report["tokenized_bleu"])
-        ]
-    match = report["exact_match"]
-    return [
-        f"{match['label']}: {match['score']:.2f} ({match['matches']}/{report['num_sentences']})"
-    ]
-
-
-def is_parsing(problem) -> bool:
-    """True for a problem whose outputs are linearized trees (scored by EVALB F1)."""
-    return problem.eval_metric == "parse_f1"
-
-
 def output_lines(
     problem,
     result: DecodeResult,
@@ -392,26 +229,20 @@ def output_lines(
     return_beams: bool = False,
     references: Sequence[str] | None = None,
 ) -> list:
-    """The output lines of `result`: `result.lines(return_beams)`, or trees for parsing.
+    """The lines to write: per input line, the problem's `outputs` of its best hypothesis,
+    or of all K tab-separated with `return_beams`.
 
-    For a parsing problem every hypothesis becomes `problem.postprocess(hypothesis, input)`:
-    a well-formed tree over exactly the input's words, with placeholder tags, or with the
-    gold tags of `references` (`problem.with_gold_tags`) when given; an empty input line
-    stays empty, and so does a beam slot no hypothesis filled.
+    Line breaks (and, between beams, tabs) inside an output become spaces, so one input
+    line always gives exactly one output line.
     """
-    if not is_parsing(problem):
-        return result.lines(return_beams)
     lines = []
-    for index, (beams, text) in enumerate(zip(result.beams, inputs)):
-        parsed = [
-            problem.postprocess(hypothesis, text)
-            if text.strip() and (hypothesis or rank == 0)
-            else ""
-            for rank, hypothesis in enumerate(beams if return_beams else beams[:1])
-        ]
-        if references is not None:
-            parsed = problem.with_gold_tags(parsed, [references[index]] * len(parsed))
-        lines.append("\t".join(parsed))
+    for index, (beams, text) in enumerate(zip(result.beams, inputs, strict=True)):
+        reference = references[index] if references is not None else None
+        outputs = problem.outputs(beams if return_beams else beams[:1], text, reference)
+        if return_beams:
+            lines.append("\t".join(one_line(output).replace("\t", " ") for output in outputs))
+        else:
+            lines.append(one_line(outputs[0]))
     return lines
 
 
@@ -437,19 +268,15 @@ def decode_file(
     lines = read_lines(input_path)
     references = read_lines(reference_path) if reference_path else None
     if references is not None:
-        check_scorable(decoder.problem)
         if len(references) != len(lines):
             raise DecodeError(
                 f"{reference_path} has {len(references):,} lines but {input_path} has "
                 f"{len(lines):,}; pass the reference file aligned with the input"
             )
-        if is_parsing(decoder.problem):
-            try:
-                decoder.problem.check_references(references, reference_path)
-            except ValueError as error:
-                raise DecodeError(
-                    f"{error}; the reference file must hold one gold tree (PTB brackets) per line"
-                ) from None
+        try:
+            decoder.problem.check_references(references, reference_path)
+        except ValueError as error:
+            raise DecodeError(str(error)) from None
     write_lines(output_path, [])  # Fails now, not after decoding, if it cannot be written.
     result = decoder.translate(lines, source=input_path, show_progress=True)
     write_lines(output_path, output_lines(decoder.problem, result, lines, return_beams, references))
@@ -463,9 +290,12 @@ def decode_file(
     }
     decoder.printer(f"wrote {len(lines):,} lines to {output_path}")
     if references is not None:
-        # For parsing: the trees written above, with the gold tags on their leaves.
+        # The lines written above (for parsing, trees with the gold tags on their leaves).
         hypotheses = output_lines(decoder.problem, result, lines, references=references)
-        report = score_outputs(decoder.problem, hypotheses, references)
+        try:
+            report = decoder.problem.score(hypotheses, references)
+        except ValueError as error:
+            raise DecodeError(f"scoring {output_path} against {reference_path}: {error}") from None
         report.update(
             hypotheses_file=output_path,
             reference_file=reference_path,
@@ -474,8 +304,8 @@ def decode_file(
             search=dataclasses.asdict(decoder.config),
         )
         scores_file = f"{output_path}.{report['metric']}.json"
-        write_bleu_json(scores_file, report)
-        for line in format_scores(report):
+        write_scores_json(scores_file, report)
+        for line in decoder.problem.format_scores(report):
             decoder.printer(line)
         decoder.printer(f"wrote scores to {scores_file}")
         summary.update(scores=report, scores_file=scores_file)

@@ -10,7 +10,7 @@ from t2t_lite.metrics.bleu import (
     sacrebleu_corpus,
     split_compounds,
     tokenized_bleu,
-    write_bleu_json,
+    write_scores_json,
 )
 from t2t_lite.metrics.evalb import COLLINS, bracket_f1, evalb_score, format_report, load_params
 
@@ -29,5 +29,5 @@ __all__ = [
     "sacrebleu_corpus",
     "split_compounds",
     "tokenized_bleu",
-    "write_bleu_json",
+    "write_scores_json",
 ]

@@ -245,8 +245,8 @@ def bleu_report(hypotheses: Sequence[str], references: Sequence[str], lang: str)
     }
 
 
-def write_bleu_json(path: str | os.PathLike, report: dict) -> None:
-    """Writes a `bleu_report` as indented UTF-8 JSON, creating parent directories.
+def write_scores_json(path: str | os.PathLike, report: dict) -> None:
+    """Writes a scores report (`bleu_report`, a problem's `score`) as UTF-8 JSON, creating folders.
 
     Args:
         path: Destination file, e.g. OUTPUT_DIR/decode/bleu.json.

@@ -29,15 +29,18 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import tensorflow as tf
 
-from t2t_lite.inference.decode import length_batches, pad_batch
-from t2t_lite.inference.translator import SearchConfig, Translator, strip_ids
 from t2t_lite.metrics import sacrebleu_corpus
+from t2t_lite.search import (
+    SearchConfig,
+    Translator,
+    length_batches,
+    pad_batch,
+    strip_ids,
+    without_eos,
+)
 
-EOS_ID = 1
-METHODS = ("beam", "greedy")
 _MARKDOWN_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]<>#|"})
 
 
@@ -64,8 +67,6 @@ class BleuEvaluator:
         num_samples: int = 3,
         batch_size: int = 32,
     ):
-        if method not in METHODS:
-            raise ValueError(f"eval_decode_method must be one of {METHODS}, got {method!r}")
         if sentences < 1:
             raise ValueError(f"eval_bleu_sentences must be >= 1, got {sentences}")
         encoders = problem.encoders(data_dir)
@@ -75,28 +76,19 @@ class BleuEvaluator:
         self.batch_size = batch_size
         self.inputs, targets = [], []
         for example in problem.examples("dev", data_dir).take(sentences).as_numpy_iterator():
-            self.inputs.append(_without_eos(example["inputs"]))
-            targets.append(_without_eos(example["targets"]))
+            self.inputs.append(without_eos(example["inputs"]))
+            targets.append(without_eos(example["targets"]))
         if not self.inputs:
             raise ValueError(f"problem {problem.name} has no dev examples to compute BLEU on")
         self.sources = [encoders["inputs"].decode(ids) for ids in self.inputs]
         self.references = [self.target_encoder.decode(ids) for ids in targets]
-        self.config = SearchConfig(
-            method=method,
-            beam_size=problem.beam_size if method == "beam" else 1,
-            alpha=problem.alpha,
-            extra_length=problem.extra_decode_length,
-        )
+        self.config = SearchConfig.for_problem(problem, method=method)
         self.translator = Translator(
             model, self.config, constraint=problem.search_constraint(data_dir)
         )
 
     def describe(self) -> str:
-        if self.method == "beam":
-            search = f"beam {self.config.beam_size}, alpha {self.config.alpha}"
-        else:
-            search = "greedy"
-        return f"{len(self.inputs)} dev sentences, {search}"
+        return f"{len(self.inputs)} dev sentences, {self.config.describe()}"
 
     def hypotheses(self) -> list:
         """The detokenized best hypothesis of every dev sentence, in corpus order."""
@@ -159,11 +151,6 @@ def log_bleu(evaluator: BleuEvaluator | None, writer, step: int, printer=print) 
         tf.summary.text("samples", tf.constant(evaluator.samples(result["hypotheses"])))
     writer.flush()
     return {"bleu": result["bleu"]}
-
-
-def _without_eos(ids) -> list:
-    ids = [int(token) for token in np.asarray(ids)]
-    return ids[:-1] if ids and ids[-1] == EOS_ID else ids
 
 
 def _escape(text: str) -> str:

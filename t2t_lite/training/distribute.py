@@ -9,9 +9,9 @@ them: the same code path as several GPUs, runnable on any machine (tests use it)
 Logical CPU devices share the host's memory, so their gradients are summed on the first
 of them and read from there by the others (`tf.distribute.ReductionToOneDevice`), not by
 the ring collective MirroredStrategy picks for CPUs, which packs every gradient into one
-buffer and splits the sum out again: for transformer_base's 63M gradients on two
-single-threaded replicas, 82 against 185 ms per update on 2 Intel Xeon cores
-(tools/benchmark_train.py times both with `--cpu_replicas`).
+buffer and splits the sum out again, which takes more than twice as long for
+transformer_base's 63M gradients (tools/benchmark_train.py times both with
+`--cpu_replicas`; docs/benchmarks.md).
 
 MultiWorkerMirroredStrategy configures collective ops, which TensorFlow allows only
 before its runtime has started; `make_strategy` therefore creates it before touching

@@ -17,11 +17,10 @@ def retain_freed_memory(top_pad_bytes: int = 1 << 30) -> bool:
     the top of a heap is free, and grows heaps by no more than each request needs. A
     training step frees and reallocates the same few hundred megabytes of activations,
     logits and gradients every update, so each update then faults those pages in again
-    (transformer_base, 4,096 target tokens on 2 CPU cores: about 50,000 page faults and
-    0.2 CPU seconds of kernel time per update). With trimming off and heaps grown
-    `top_pad_bytes` at a time, the pages stay mapped after the first updates and are
-    reused: about 3% less time per update there. The process's resident size then stays
-    at its peak, which a training process reaches every update anyway.
+    (tens of thousands of page faults per transformer_base update). With trimming off and
+    heaps grown `top_pad_bytes` at a time, the pages stay mapped after the first updates
+    and are reused (docs/benchmarks.md has the measured gain). The process's resident size
+    then stays at its peak, which a training process reaches every update anyway.
 
     Process-wide and idempotent; does nothing where the C library is not glibc.
 

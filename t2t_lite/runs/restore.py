@@ -20,7 +20,7 @@ import tensorflow as tf
 from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
 from t2t_lite.models import build_transformer
-from t2t_lite.training import checkpoints, run_dir
+from t2t_lite.runs import checkpoints, run_dir
 
 
 class RestoreError(ValueError):

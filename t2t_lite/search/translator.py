@@ -13,40 +13,10 @@ it is done). The batch's width + `extra_length` only bounds the loop.
 
 from __future__ import annotations
 
-import dataclasses
-
-import numpy as np
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search, greedy_search, sample
-
-METHODS = ("beam", "greedy", "sample")
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchConfig:
-    """How to search. Paper defaults (section 6.1): beam 4, alpha 0.6, input length + 50."""
-
-    method: str = "beam"
-    beam_size: int = 4
-    alpha: float = 0.6
-    extra_length: int = 50
-    temperature: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    # True stops once the best hypothesis is final (its beam is exact); False runs until
-    # every one of the `beam_size` returned hypotheses is (needed for --return_beams).
-    stop_early: bool = True
-
-    def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"unknown search method {self.method!r}; choose from {METHODS}")
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
-        if self.alpha < 0:
-            raise ValueError(f"alpha must be >= 0, got {self.alpha}")
-        if self.extra_length < 1:
-            raise ValueError(f"extra_length must be >= 1, got {self.extra_length}")
+from t2t_lite.search.config import SearchConfig
 
 
 class Translator:
@@ -166,13 +136,3 @@ def model_beam_search(
         max_lengths=limits,
         constraint=constraint(inputs, limits) if constraint is not None else None,
     )
-
-
-def strip_ids(row) -> list:
-    """Generated ids of one hypothesis: column 0 dropped, cut before the first EOS or pad."""
-    out = []
-    for token in np.asarray(row)[1:]:
-        if token <= 1:
-            break
-        out.append(int(token))
-    return out

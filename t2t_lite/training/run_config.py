@@ -1,0 +1,124 @@
+"""`RunConfig`: where and how long to train, everything that is not an hparam.
+
+It is the one source of a run's settings and their defaults: `define_flags` makes the
+trainer command's flags from its fields (name, type, default, choices, help), and
+`from_flags` reads them back, so the command and the library cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import flags
+
+from t2t_lite.runs.run_dir import RunDirError
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+EVAL_DECODE_METHODS = ("beam", "greedy")
+
+
+def _field(default, help_text: str, minimum=None, choices=None):
+    """A RunConfig field whose flag says `help_text`; `minimum` and `choices` are checked."""
+    metadata = {"help": help_text, "minimum": minimum, "choices": choices}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunConfig:
+    """Where and how long to train; every field is also a flag of `python -m t2t_lite.trainer`."""
+
+    output_dir: str = dataclasses.field(
+        metadata={"help": "Where checkpoints, hparams, manifest and events go.", "required": True}
+    )
+    problem: str = _field(
+        "algorithmic_reverse",
+        "Registered problem name (e.g. multi30k_ende), or module:ClassName of your own.",
+    )
+    data_dir: str = _field("", "Folder holding one sub-folder per problem (datagen output).")
+    train_steps: int = _field(2000, "Optimizer updates to train for (global step).", 0)
+    train_minutes: float = _field(
+        0.0,
+        "Stop after this many minutes, start-up and evaluations included (0 = no limit); "
+        "the step budget still applies.",
+        0,
+    )
+    eval_steps: int = _field(0, "Dev batches per evaluation; 0 = the whole dev split.", 0)
+    eval_every: int = _field(1000, "Evaluate every this many steps.", 1)
+    save_every: int = _field(1000, "Write a checkpoint every this many steps.", 1)
+    keep_checkpoints: int = _field(
+        20, "Checkpoints to keep on disk (the paper averages up to 20).", 1
+    )
+    log_every: int = _field(100, "Print progress and write train summaries this often.", 1)
+    strategy: str = _field(
+        "auto",
+        "tf.distribute strategy; auto picks from TF_CONFIG and visible GPUs.",
+        choices=STRATEGIES,
+    )
+    num_gpus: int | None = _field(None, "Use this many of the visible GPUs; unset = all.", 0)
+    cpu_replicas: int = _field(1, "Mirror over this many logical CPU devices.", 1)
+    seed: int = _field(1, "Random seed for weights, dropout and shuffling.")
+    jit_compile: bool | None = _field(
+        None,
+        "Compile the forward and backward pass with XLA (--nojit_compile: never). Unset: on "
+        "GPUs and TPUs, off on CPUs, where tools/benchmark_train.py measures no gain.",
+    )
+    eval_bleu_sentences: int = _field(
+        200,
+        "BLEU problems: dev sentences decoded and scored with sacreBLEU at every evaluation "
+        "(eval/bleu, eval/samples); 0 turns it off.",
+        0,
+    )
+    eval_decode_method: str = _field(
+        "beam",
+        "Search for the BLEU evaluation: the problem's beam (paper: 4, alpha 0.6) or greedy "
+        "(faster).",
+        choices=EVAL_DECODE_METHODS,
+    )
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raises RunDirError naming the first field (flag) whose value cannot work."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            minimum, choices = field.metadata.get("minimum"), field.metadata.get("choices")
+            if minimum is not None and value is not None and value < minimum:
+                raise RunDirError(
+                    f"--{field.name}={value}: must be >= {minimum} ({field.metadata['help']})"
+                )
+            if choices and value not in choices:
+                raise RunDirError(f"--{field.name}={value}: must be one of {', '.join(choices)}")
+
+
+# How each field type becomes a flag.
+_DEFINE = {
+    "str": flags.DEFINE_string,
+    "int": flags.DEFINE_integer,
+    "int | None": flags.DEFINE_integer,
+    "float": flags.DEFINE_float,
+    "bool | None": flags.DEFINE_bool,
+}
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines one flag per RunConfig field, with the field's default, choices and help."""
+    for field in dataclasses.fields(RunConfig):
+        default = None if field.default is dataclasses.MISSING else field.default
+        help_text = field.metadata["help"]
+        if field.metadata.get("choices"):
+            flags.DEFINE_enum(
+                field.name, default, list(field.metadata["choices"]), help_text,
+                flag_values=flag_values,
+            )  # fmt: skip
+        else:
+            _DEFINE[field.type](field.name, default, help_text, flag_values=flag_values)
+        if field.metadata.get("required"):
+            flags.mark_flag_as_required(field.name, flag_values=flag_values)
+
+
+def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> RunConfig:
+    """The RunConfig of the parsed flags. Raises RunDirError for a value that cannot work."""
+    return RunConfig(
+        **{field.name: flag_values[field.name].value for field in dataclasses.fields(RunConfig)}
+    )
