@@ -4,9 +4,8 @@ import keras
 
 from t2t_lite import kernels as kernel_sets
 from t2t_lite.layers.attention import MultiHeadAttention
-from t2t_lite.layers.dropout import Dropout
 from t2t_lite.layers.feed_forward import FeedForwardNetwork
-from t2t_lite.layers.normalization import LayerNorm
+from t2t_lite.layers.residual import build_norm_and_dropout
 
 
 @keras.saving.register_keras_serializable(package="t2t_lite")
@@ -63,7 +62,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.self_attention.build(inputs_shape)
-        self._build_norm_and_dropout("self_attention", inputs_shape)
+        build_norm_and_dropout(self, "self_attention", inputs_shape)
         self.feed_forward = FeedForwardNetwork(
             self.hidden_size,
             self.filter_size,
@@ -73,23 +72,8 @@ class TransformerEncoderLayer(keras.layers.Layer):
             dtype=self.dtype_policy,
         )
         self.feed_forward.build(inputs_shape)
-        self._build_norm_and_dropout("feed_forward", inputs_shape)
+        build_norm_and_dropout(self, "feed_forward", inputs_shape)
         self.built = True
-
-    def _build_norm_and_dropout(self, block, inputs_shape):
-        """Creates `{block}_layer_norm` and `{block}_dropout`."""
-        layer_norm = LayerNorm(
-            epsilon=self.layer_norm_epsilon,
-            kernels=self.kernels,
-            name=f"{block}_layer_norm",
-            dtype=self.dtype_policy,
-        )
-        layer_norm.build(inputs_shape)
-        setattr(self, f"{block}_layer_norm", layer_norm)
-        dropout = Dropout(
-            self.dropout, kernels=self.kernels, name=f"{block}_dropout", dtype=self.dtype_policy
-        )
-        setattr(self, f"{block}_dropout", dropout)
 
     def call(self, inputs, attention_mask=None, training=None):
         """Maps [B, S, D] to [B, S, D].
