@@ -115,6 +115,46 @@ def test_crossing_brackets_hand_derived():
     assert (row.test, row.matched, row.crossing) == (3, 1, 2)
 
 
+def test_crossing_count_equals_the_pairwise_definition_on_random_brackets():
+    """EVALB's rule read pair by pair: (s, e) crosses (gs, ge) if gs < s < ge < e or s < gs < e < ge."""
+    import random
+
+    from t2t_lite.metrics.evalb_crossing import count_crossing
+
+    generator = random.Random(7)
+    for _ in range(400):
+        length = generator.randint(1, 12)
+
+        def brackets(length=length):
+            spans = []
+            for _ in range(generator.randint(0, 10)):
+                start = generator.randint(0, length - 1)
+                spans.append(("X", start, generator.randint(start + 1, length)))
+            return spans
+
+        gold, test = brackets(), brackets()
+        expected = sum(
+            any(gs < s < ge < e or s < gs < e < ge for _, gs, ge in gold) for _, s, e in test
+        )
+        assert count_crossing(gold, test) == expected, (gold, test)
+
+
+@pytest.mark.timeout(20)
+def test_deep_tree_is_scored_without_pairwise_work():
+    """20,000 nested brackets (a pathological parser output) score in far less than the
+    timeout; comparing every gold bracket with every test one took minutes under load."""
+    depth = 20_000
+    labels = ["NP", "VP", "PP"]
+    opening = "".join(f"({labels[i % 3]} " for i in range(depth))
+    tree = opening + "(DT the) (NN dog)" + ")" * depth
+    row = _one(tree, tree)
+    assert (row.gold, row.test, row.matched, row.crossing) == (depth, depth, depth, 0)
+    # One test bracket around the first word only, inside all gold brackets: crosses none;
+    # the gold spans all cover both words, so no gold span ends inside it either.
+    row = _one(tree, "(S (X (DT the)) (NN dog))")
+    assert (row.matched, row.crossing) == (0, 0)
+
+
 def test_duplicate_brackets_match_min_of_counts():
     """README [7] 5: n gold and m test copies of a bracket give min(n, m) matches."""
     two = "(S (A (P this)) (B (Q is) (A (A (R a) (T test)))))"

@@ -127,14 +127,6 @@ def evalb_score(
     )
 
 
-def _lines(path: str | os.PathLike) -> list:
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.rstrip("\r") for line in lines]
-
-
 def evalb_files(
     gold_path: str | os.PathLike,
     test_path: str | os.PathLike,

@@ -12,6 +12,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from t2t_lite.metrics.evalb_crossing import count_crossing
 from t2t_lite.metrics.evalb_params import EvalbParams
 from t2t_lite.metrics.evalb_trees import Sentence
 
@@ -196,10 +197,7 @@ class Scorer:
         matched = sum(
             (Counter(map(key, gold_brackets)) & Counter(map(key, test_brackets))).values()
         )
-        crossing = sum(
-            any(gs < s < ge < e or s < gs < e < ge for _, gs, ge in gold_brackets)
-            for _, s, e in test_brackets
-        )
+        crossing = count_crossing(gold_brackets, test_brackets)
         return SentenceResult(
             sent_id,
             length,
