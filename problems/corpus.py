@@ -107,6 +107,10 @@ class RawCorpus:
         for files in self.files[split]:
             yield from read_parallel(files)
 
+    def count(self, split: str) -> int:
+        """Pairs of `split`, from the line count of the source files (a fast first pass)."""
+        return sum(count_lines(files.source) for files in self.files[split])
+
 
 class TfdsCorpus:
     """A translation dataset of TensorFlow Datasets, read as text pairs."""
@@ -133,6 +137,13 @@ class TfdsCorpus:
 
     def describe(self, split: str) -> str:
         return f"tfds {self.builder_name} {self.split_names[split]}"
+
+    def count(self, split: str) -> int | None:
+        """Records of `split`, as the prepared dataset's info gives them."""
+        try:
+            return self.builder().info.splits[self.split_names[split]].num_examples
+        except KeyError:
+            return None
 
     def pairs(self, split: str):
         """Yields (origin, record number from 1, source text, target text)."""
@@ -165,6 +176,25 @@ def find_stems(raw_dir: str, languages: tuple) -> dict:
                         raise DataError(f"{path}: {stem}.{language} exists both plain and gzipped")
                     found[stem][language] = path
     return found
+
+
+def count_lines(path: str) -> int:
+    """Lines of a file as `read_lines` yields them (a last line needs no line end).
+
+    Raises:
+        DataError: naming the file when it is missing or not valid gzip.
+    """
+    if not os.path.exists(path):
+        raise DataError(f"{path}: file not found")
+    lines, last = 0, b"\n"
+    try:
+        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                lines += block.count(b"\n")
+                last = block[-1:]
+    except (OSError, EOFError, zlib.error) as error:
+        raise DataError(f"{path}: unreadable: {error}") from None
+    return lines + (last != b"\n")
 
 
 def file_digest(path: str) -> list:

@@ -1,61 +1,93 @@
 """The files datagen writes for a text-to-text problem, and the checks that trust them.
 
 `generate` trains the vocabulary and writes the TFRecord shards of every split under
-temporary names, renaming each when complete; `damaged` tells whether the files still
-match the metadata that describes them. `TranslateProblem` decides when to call them.
+temporary names, renaming each when complete, and records the sha256 of each file;
+`damaged` tells whether the files still match the metadata that describes them (by
+size, or with `content` by hash). `TranslateProblem` decides when to call them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
-import random
-import struct
+import time
 from collections import Counter
 
 import tensorflow as tf
 
-from t2t_lite.ids import EOS_ID
 from t2t_lite.problems.corpus import DataError, file_digest
+from t2t_lite.problems.encoding import (
+    Workers,
+    chunks,
+    default_workers,
+    encode_chunk,
+    hash_file,
+    shuffle_and_hash,
+    shuffle_states,
+)
 from t2t_lite.problems.problem import TRAIN
-from t2t_lite.problems.vocab import SentencePieceEncoder, reservoir_sample, train_sentencepiece
+from t2t_lite.problems.progress import Progress
+from t2t_lite.problems.sampling import SEED as _SEED
+from t2t_lite.problems.sampling import read_sample, vocab_sample
+from t2t_lite.problems.vocab import train_sentencepiece
 
 METADATA_FILE = "metadata.json"
 VOCAB_FILE = "vocab.model"
 TEMP_MARK = ".tmp-"
-_CHUNK = 4096  # pairs encoded per SentencePiece call
-_SEED = 1234  # datagen shuffling and vocabulary sample
 
 
-def generate(folder: str, corpus, settings: dict) -> dict:
-    """Vocabulary and shards of every split; returns the metadata (fingerprint excluded)."""
+def generate(
+    folder: str,
+    corpus,
+    settings: dict,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> dict:
+    """Vocabulary and shards of every split; returns the metadata (fingerprint excluded).
+
+    Args:
+        folder: where the vocabulary and shards go.
+        corpus: the text pairs (see `corpus`).
+        settings: the problem's datagen settings (what the fingerprint covers).
+        progress: where the stages are reported; default: every 5 s.
+        workers: processes that encode and shuffle; default: one per CPU.
+    """
+    progress = progress or Progress()
     metadata_path = os.path.join(folder, METADATA_FILE)
     if os.path.exists(metadata_path):
         os.remove(metadata_path)  # From here on, readers and reruns trust nothing.
     for name in os.listdir(folder):
         if name.endswith(".tfrecord") or TEMP_MARK in name:
             os.remove(os.path.join(folder, name))
+    totals = _count(corpus, progress)
     vocab_path = os.path.join(folder, VOCAB_FILE)
-    sentences = (text for _, _, *texts in corpus.pairs(TRAIN) for text in texts if text.strip())
-    sample = reservoir_sample(sentences, settings["vocab_sample_size"], seed=_SEED)
-    if not sample:
-        raise DataError(f"{corpus.describe(TRAIN)}: no text (empty corpus)")
-    train_sentencepiece(
-        sample,
-        vocab_path,
-        settings["vocab_size"],
-        model_type=settings["model_type"],
-        user_symbols=settings.get("user_symbols", ()),
-    )
-    encoder = SentencePieceEncoder(vocab_path)
-    splits = {
-        split: _write_split(encoder, corpus, folder, split, settings["num_shards"][split])
-        for split in corpus.splits
-    }
+    sample_path = os.path.join(folder, f"vocab-sample{TEMP_MARK}{os.getpid()}")
+    try:
+        sampled = vocab_sample(corpus, settings["vocab_sample_size"], sample_path, totals, progress)
+        if not sampled:
+            raise DataError(f"{corpus.describe(TRAIN)}: no text (empty corpus)")
+        note = f"{sampled:,} sentences, vocab_size {settings['vocab_size']:,}"
+        with progress.stage("SentencePiece training", note=note):
+            train_sentencepiece(
+                read_sample(sample_path),
+                vocab_path,
+                settings["vocab_size"],
+                model_type=settings["model_type"],
+                user_symbols=settings.get("user_symbols", ()),
+            )
+    finally:
+        if os.path.exists(sample_path):
+            os.remove(sample_path)
+    with Workers(vocab_path, workers or default_workers()) as pool:
+        splits = {
+            split: _write_split(
+                pool, corpus, folder, split, settings["num_shards"][split], totals, progress
+            )
+            for split in corpus.splits
+        }
     return {
         "problem": os.path.basename(folder),
         "settings": settings,
@@ -64,39 +96,62 @@ def generate(folder: str, corpus, settings: dict) -> dict:
     }
 
 
-def _write_split(encoder, corpus, folder: str, split: str, num_shards: int) -> dict:
+def _count(corpus, progress: Progress) -> dict:
+    """{split: pairs} from a quick pass over the corpus (None where it cannot count)."""
+    count = getattr(corpus, "count", None)
+    with progress.stage("reading", note="counting lines") as stage:
+        totals = {split: count(split) if count else None for split in corpus.splits}
+        stage.summary = ", ".join(
+            f"{split} {'?' if n is None else f'{n:,}'} pairs" for split, n in totals.items()
+        )
+    return totals
+
+
+def _write_split(
+    pool: Workers, corpus, folder: str, split: str, num_shards: int, totals: dict, progress
+) -> dict:
     """Encodes the pairs of `split` into `num_shards` TFRecord files; returns its metadata.
 
     Example i goes to shard i mod `num_shards`. Files are written under temporary names
-    and renamed only once all of them are complete.
+    and renamed only once all of them are complete (and, for train, shuffled).
     """
     names = [f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
     temporary = [os.path.join(folder, f"{name}{TEMP_MARK}{os.getpid()}") for name in names]
-    stats = {"examples": 0, "skipped_empty": 0, "skipped_first": []}
+    stats = {"examples": 0, "skipped_empty": 0, "skipped_first": [], "read": 0}
     counts, tokens, lengths = [0] * num_shards, Counter(), Counter()
     try:
-        with contextlib.ExitStack() as stack:
-            writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
-            for source, target in _encode(encoder, _skip_empty(corpus.pairs(split), stats)):
-                shard = stats["examples"] % num_shards
-                writers[shard].write(_serialize(source, target))
-                counts[shard] += 1
-                stats["examples"] += 1
-                tokens["source_tokens"] += len(source)
-                tokens["target_tokens"] += len(target)
-                lengths[max(len(source), len(target))] += 1
+        with progress.stage(f"encoding {split}", total=totals.get(split)) as stage:
+            writing = 0.0
+            with contextlib.ExitStack() as stack:
+                writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
+                encoded = pool.map(encode_chunk, chunks(_skip_empty(corpus.pairs(split), stats)))
+                for chunk_records, chunk_lengths in encoded:
+                    start = time.perf_counter()
+                    for record, (source, target) in zip(chunk_records, chunk_lengths):
+                        shard = stats["examples"] % num_shards
+                        writers[shard].write(record)
+                        counts[shard] += 1
+                        stats["examples"] += 1
+                        tokens["source_tokens"] += source
+                        tokens["target_tokens"] += target
+                        lengths[max(source, target)] += 1
+                    writing += time.perf_counter() - start
+                    stage.update(stats["read"], f"{stats['examples']:,} encoded and written")
+            stage.summary = (
+                f"{stats['read']:,} pairs read, {stats['examples']:,} encoded and written to "
+                f"{num_shards} shards, {stats['skipped_empty']:,} skipped (empty side); "
+                f"{writing:.1f} s writing"
+            )
         if stats["examples"] == 0:
             raise DataError(f"{corpus.describe(split)}: no non-empty sentence pairs (empty corpus)")
-        if split == TRAIN:
-            rng = random.Random(_SEED)
-            for path in temporary:
-                _shuffle_records(path, rng)
+        digests = _finish_shards(pool, split, temporary, counts, progress)
         for path, name in zip(temporary, names):
             os.replace(path, os.path.join(folder, name))
     finally:
         for path in temporary:
             if os.path.exists(path):
                 os.remove(path)
+    del stats["read"]
     if stats["skipped_empty"]:
         logging.warning(
             "split %s: skipped %d pairs with an empty side, first at %s",
@@ -105,23 +160,34 @@ def _write_split(encoder, corpus, folder: str, split: str, num_shards: int) -> d
             "; ".join(stats["skipped_first"]),
         )
     shards = [
-        {"file": name, "examples": count, "bytes": os.path.getsize(os.path.join(folder, name))}
-        for name, count in zip(names, counts)
+        {
+            "file": name,
+            "examples": count,
+            "bytes": os.path.getsize(os.path.join(folder, name)),
+            "sha256": sha,
+        }
+        for name, count, sha in zip(names, counts, digests)
     ]
     return {**stats, **tokens, "shards": shards, "length_counts": dict(sorted(lengths.items()))}
 
 
-def _encode(encoder, pairs):
-    """Yields (source ids, target ids) of `pairs`, each ending in EOS."""
-    for chunk in _chunks(pairs, _CHUNK):
-        sources = encoder.encode_batch([pair[2] for pair in chunk])
-        targets = encoder.encode_batch([pair[3] for pair in chunk])
-        for source, target in zip(sources, targets):
-            yield source + [EOS_ID], target + [EOS_ID]
+def _finish_shards(pool: Workers, split: str, paths: list, counts: list, progress) -> list:
+    """Shuffles the train shards inside (dev and test keep the corpus order); their sha256."""
+    if split != TRAIN:
+        return list(pool.map(hash_file, paths))
+    digests = []
+    with progress.stage(f"shuffling {split}", unit="shards", total=len(paths)) as stage:
+        states = shuffle_states(_SEED, counts)
+        for digest in pool.map(shuffle_and_hash, zip(paths, states)):
+            digests.append(digest)
+            stage.update(len(digests))
+        stage.summary = f"{len(paths)} shards, {sum(counts):,} examples"
+    return digests
 
 
 def _skip_empty(pairs, stats: dict):
     for pair in pairs:
+        stats["read"] += 1
         if pair[2].strip() and pair[3].strip():
             yield pair
         else:
@@ -130,40 +196,16 @@ def _skip_empty(pairs, stats: dict):
                 stats["skipped_first"].append(f"{pair[0]}:{pair[1]}")
 
 
-def _chunks(items, size: int):
-    iterator = iter(items)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
+def damaged(
+    folder: str, metadata: dict, content: bool = False, progress: Progress | None = None
+) -> str:
+    """What no longer matches `metadata` in `folder` ("" when all is intact).
 
-
-def _serialize(inputs: list, targets: list) -> bytes:
-    feature = {
-        "inputs": tf.train.Feature(int64_list=tf.train.Int64List(value=inputs)),
-        "targets": tf.train.Feature(int64_list=tf.train.Int64List(value=targets)),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
-def _shuffle_records(path: str, rng: random.Random) -> None:
-    """Shuffles the records of a TFRecord file in place.
-
-    A record is framed as uint64 length, uint32 CRC of the length, the bytes, uint32 CRC
-    of the bytes; whole frames are moved, so their checksums stay valid.
+    Sizes are always checked (cheap: what readers do); with `content`, every shard's
+    sha256 too (a full read, in a "verifying" stage: what a datagen rerun does, so that
+    bytes changed in place are found). Shards of metadata written before shards had
+    hashes are checked by size only.
     """
-    with open(path, "rb") as f:
-        data = f.read()
-    frames, offset = [], 0
-    while offset < len(data):
-        (length,) = struct.unpack_from("<Q", data, offset)
-        frames.append(data[offset : offset + 8 + 4 + length + 4])
-        offset += 8 + 4 + length + 4
-    rng.shuffle(frames)
-    with open(path, "wb") as f:
-        f.write(b"".join(frames))
-
-
-def damaged(folder: str, metadata: dict) -> str:
-    """What no longer matches `metadata` in `folder` ("" when all is intact)."""
     vocab_path = os.path.join(folder, metadata["vocab"]["file"])
     if not os.path.exists(vocab_path):
         return f"{vocab_path}: vocabulary not found"
@@ -172,12 +214,26 @@ def damaged(folder: str, metadata: dict) -> str:
             f"{vocab_path}: the vocabulary does not match the data: it is not the file "
             f"datagen encoded the shards with (sha256 {metadata['vocab']['sha256'][:12]}...)"
         )
-    for split in metadata["splits"].values():
-        for shard in split["shards"]:
-            path = os.path.join(folder, shard["file"])
-            if not os.path.exists(path) or os.path.getsize(path) != shard["bytes"]:
-                return f"{path}: shard missing or changed since datagen"
-    return ""
+    shards = [shard for split in metadata["splits"].values() for shard in split["shards"]]
+    found = []
+    for shard in shards:
+        path = os.path.join(folder, shard["file"])
+        if not os.path.exists(path) or os.path.getsize(path) != shard["bytes"]:
+            found.append(f"{path}: shard missing or changed since datagen")
+    if content and not found:
+        with (progress or Progress()).stage("verifying", unit="shards", total=len(shards)) as stage:
+            for done, shard in enumerate(shards, 1):
+                path = os.path.join(folder, shard["file"])
+                if "sha256" in shard and hash_file(path) != shard["sha256"]:
+                    found.append(
+                        f"{path}: shard damaged: same size but not the bytes datagen wrote "
+                        f"(sha256 differs from {shard['sha256'][:12]}... in metadata.json)"
+                    )
+                stage.update(done)
+            stage.summary = f"{len(shards)} shards, {len(found)} damaged"
+    if len(found) > 3:
+        found = found[:3] + [f"and {len(found) - 3} more shards"]
+    return "; ".join(found)
 
 
 def digest(data: bytes) -> str:

@@ -1,23 +1,32 @@
 """Text-to-text problems from parallel corpora: raw text -> shared vocab -> sharded TFRecords.
 
-`TranslateProblem.generate_data` (what `python -m t2t_lite.datagen` runs) does, once:
+`TranslateProblem.generate_data` (what `python -m t2t_lite.datagen` runs) does, once,
+reporting each stage as it goes (see `progress`):
 
 1. read the corpus: plain-text files in the raw folder (`<stem>.<language>`, one
-   sentence per line, optionally gzipped) or, for subclasses that offer it, TFDS;
+   sentence per line, optionally gzipped) or, for subclasses that offer it, TFDS; a
+   first quick pass counts the pairs, so later stages can say how long they have to go;
 2. train a shared SentencePiece BPE vocabulary on a bounded random sample of the
-   training sentences of both languages (`vocab.model`);
+   training sentences of both languages (`vocab.model`; see `sampling`);
 3. encode every split into `tf.train.Example` records with int64 features "inputs"
-   and "targets" ending in EOS: `<split>-00000-of-00008.tfrecord`, ... Example i goes to
-   shard i mod F, so reading the F shards in turn gives back the corpus order; the
-   train shards are then shuffled inside, which spreads every part of the corpus over
-   every stretch of the read order;
-4. write `metadata.json` last: counts, skipped empty lines, the length histogram and a
-   fingerprint of the raw inputs and settings.
+   and "targets" ending in EOS, in worker processes, one per CPU (see `encoding`):
+   `<split>-00000-of-00008.tfrecord`, ... Example i goes to shard i mod F, so reading
+   the F shards in turn gives back the corpus order; the train shards are then
+   shuffled inside, which spreads every part of the corpus over every stretch of the
+   read order. The output is the same bytes whatever the number of workers, and
+   memory does not grow with the corpus;
+4. write `metadata.json` last: counts, skipped empty lines, the length histogram, the
+   sha256 of the vocabulary and of every shard, and a fingerprint of the raw inputs and
+   settings.
 
-Rerunning with the same inputs and settings is a no-op. Shards and the vocabulary are
-written under temporary names and renamed when complete, and `metadata.json` (which
-readers require) is removed first and written last, so an interrupted run leaves
-nothing that a reader or a later run would trust.
+Rerunning with the same inputs and settings checks the files against their hashes (a
+full read, cheap next to a build) and does nothing more when they match. A shard whose
+bytes changed (even at the same size) is named and the data rebuilt from the raw
+inputs, which the fingerprint says are the ones it was made from. Readers (`metadata`)
+check sizes only, as they run often. Shards and the vocabulary are written under
+temporary names and renamed when complete, and `metadata.json` (which readers require)
+is removed first and written last, so an interrupted run leaves nothing that a reader
+or a later run would trust.
 
 Bad input raises `DataError` naming the file and line: a missing file, invalid UTF-8,
 source and target files of different lengths, a corpus with no text. A pair whose
@@ -38,6 +47,7 @@ from t2t_lite.metrics import bleu_report
 from t2t_lite.problems import records
 from t2t_lite.problems.corpus import DataError, ParallelFiles, RawCorpus, find_stems
 from t2t_lite.problems.problem import Problem
+from t2t_lite.problems.progress import Progress
 from t2t_lite.problems.records import METADATA_FILE, VOCAB_FILE
 from t2t_lite.problems.vocab import SentencePieceEncoder
 
@@ -134,6 +144,8 @@ class TranslateProblem(Problem):
         vocab_size: int | None = None,
         source: str = "auto",
         tfds_data_dir: str | None = None,
+        progress: Progress | None = None,
+        workers: int | None = None,
     ) -> dict:
         """Builds vocabulary, shards and metadata under `folder(data_dir)`, unless up to date.
 
@@ -144,6 +156,9 @@ class TranslateProblem(Problem):
             source: "auto", "raw" or (where offered) "tfds".
             tfds_data_dir: where TensorFlow Datasets keeps its downloads and prepared
                 data, for problems that offer the TFDS source (`tfds_name`).
+            progress: reports the stages (`t2t_lite.datagen` log, INFO); default:
+                a line every 5 seconds per running stage.
+            workers: processes that encode, shuffle and hash; default: one per CPU.
 
         Returns:
             The metadata, with "status" "generated" or "up to date".
@@ -171,11 +186,18 @@ class TranslateProblem(Problem):
             settings["user_symbols"] = symbols
         inputs = corpus.identity()
         fingerprint = records.digest(json.dumps([settings, inputs], sort_keys=True).encode())[:16]
+        progress = progress or Progress()
         old = records.load_json(os.path.join(folder, METADATA_FILE))
-        if old and old.get("fingerprint") == fingerprint and not records.damaged(folder, old):
-            logging.info("%s: up to date (fingerprint %s); nothing to do", folder, fingerprint)
-            return {**old, "status": "up to date"}
-        metadata = records.generate(folder, corpus, settings)
+        if old and old.get("fingerprint") == fingerprint:
+            # Content, not just sizes: bytes changed in place keep a shard's size.
+            damage = records.damaged(folder, old, content=True, progress=progress)
+            if not damage:
+                logging.info("%s: up to date (fingerprint %s); nothing to do", folder, fingerprint)
+                return {**old, "status": "up to date"}
+            # Rebuilt at once: the user ran the command that rebuilds, and the raw
+            # inputs are the ones the data was made from (same fingerprint).
+            logging.warning("%s; rebuilding the data of %s from its raw inputs", damage, folder)
+        metadata = records.generate(folder, corpus, settings, progress, workers)
         metadata.update(fingerprint=fingerprint, inputs=inputs)
         records.write_json(os.path.join(folder, METADATA_FILE), metadata)
         logging.info("%s: generated (fingerprint %s)", folder, fingerprint)
@@ -214,7 +236,10 @@ class TranslateProblem(Problem):
             )
         damage = records.damaged(folder, metadata)
         if damage:
-            raise DataError(f"{damage}; rerun `python -m t2t_lite.datagen --problem={self.name}`")
+            raise DataError(
+                f"{damage}; rerun `python -m t2t_lite.datagen --problem={self.name} "
+                f"--data_dir={data_dir}`"
+            )
         return metadata
 
     def encoders(self, data_dir: str) -> dict:

@@ -25,6 +25,7 @@ tensorflow-text's `SentencepieceTokenizer`).
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import random
 from collections.abc import Iterable
@@ -83,13 +84,16 @@ def train_sentencepiece(
             f"vocab_size {vocab_size} is too small: ids 0-2 are reserved and 256 go to byte "
             f"pieces, so at least {MIN_VOCAB_SIZE} are needed (the paper uses 32,000-37,000)"
         )
-    sentences = [s for s in sentences if s.strip()]
-    if not sentences:
+    # Streamed: SentencePiece keeps its own copy, so a second one here would double memory.
+    sentences = (s for s in sentences if s.strip())
+    first = next(sentences, None)
+    if first is None:
         raise ValueError(f"no text to train the vocabulary {model_path} on (empty corpus)")
+    counted = _Counted(itertools.chain([first], sentences))
     buffer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences),
+            sentence_iterator=counted,
             model_writer=buffer,
             model_type=model_type,
             vocab_size=vocab_size,
@@ -109,7 +113,7 @@ def train_sentencepiece(
     except RuntimeError as error:
         raise ValueError(
             f"SentencePiece could not train {model_path} with vocab_size={vocab_size} on "
-            f"{len(sentences):,} sentences: {error}. Choose another vocab size (--vocab_size)."
+            f"{counted.count:,} sentences: {error}. Choose another vocab size (--vocab_size)."
         ) from None
     # The trainer records its thread count; drop it so the file depends on text and settings only.
     proto = sentencepiece_model_pb2.ModelProto()
@@ -124,6 +128,22 @@ def train_sentencepiece(
     )
     _write_atomically(os.path.splitext(model_path)[0] + ".vocab", listing.encode("utf-8"))
     return model_path
+
+
+class _Counted:
+    """An iterator that counts the items it has given."""
+
+    def __init__(self, items):
+        self._items = items
+        self.count = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self._items)
+        self.count += 1
+        return item
 
 
 def reservoir_sample(items: Iterable[str], size: int, seed: int = 0) -> list:
@@ -150,6 +170,7 @@ class SentencePieceEncoder(TextEncoder):
     Attributes:
         model_path: the `.model` file; the decoder and exporter read it from here.
         model_proto: its bytes (what a SavedModel embeds).
+        user_symbols: the pieces that are always one id (see `train_sentencepiece`).
     """
 
     def __init__(self, model_path: str):
@@ -161,6 +182,8 @@ class SentencePieceEncoder(TextEncoder):
         except RuntimeError as error:
             raise ValueError(f"{self.model_path} is not a SentencePiece model: {error}") from None
         self._check_reserved_ids()
+        proto = sentencepiece_model_pb2.ModelProto.FromString(self.model_proto)
+        self.user_symbols = [p.piece for p in proto.pieces if p.type == p.USER_DEFINED]
         self._no_prefix_proto = _without_dummy_prefix(self.model_proto)
         self._no_prefix = spm.SentencePieceProcessor(model_proto=self._no_prefix_proto)
         self._mark_ids = [self._processor.piece_to_id(f"<0x{b:02X}>") for b in SPACE_MARK.encode()]
@@ -195,6 +218,15 @@ class SentencePieceEncoder(TextEncoder):
             if SPACE_MARK in text:
                 ids[index] = self._encode_with_marks(text)
         return ids
+
+    def encode_words(self, words: list) -> list:
+        """Ids of each of `words` as a word of a sentence: `▁word` (`▁` alone for "").
+
+        A model without user symbols never merges across a space, so a sentence's ids
+        are those of its space-separated words in turn (`text.split(" ")`, the first
+        one included: the dummy prefix is its space). Words must not hold U+2581.
+        """
+        return self._no_prefix.encode([" " + word for word in words], num_threads=1)
 
     def _encode_with_marks(self, text: str) -> list:
         # Each U+2581 becomes its byte pieces; the text between marks is encoded as

@@ -1,16 +1,25 @@
 """`python -m t2t_lite.datagen` end to end on real Multi30k files; problems by name or module."""
 
 import gzip
+import hashlib
 import json
+import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 
 from t2t_lite import problems
+from t2t_lite.problems import encoding
+from t2t_lite.problems.corpus import count_lines, read_lines
 from t2t_lite.problems.problem import Problem
+from t2t_lite.problems.progress import Progress
 from t2t_lite.problems.translate import TranslateProblem
 
 
@@ -204,3 +213,235 @@ def test_register_adds_a_problem_and_refuses_duplicates(monkeypatch):
     instance.name = "captions_instance"
     problems.register(instance)
     assert problems.get("captions_instance") is instance
+
+
+# Progress, parallel encoding, shard hashes.
+STAGE_LINE = re.compile(r"datagen: (.*)$")
+
+
+def stage_lines(stderr: str) -> list:
+    return [m.group(1) for line in stderr.splitlines() if (m := STAGE_LINE.search(line))]
+
+
+def captions_with_blanks(tmp_path, shared_data) -> tuple:
+    """(environment, data_dir, raw folder) of problem my_captions:Captions; 2 train pairs blank."""
+    write_module(tmp_path / "code", "my_captions")
+    data_dir = tmp_path / "data"
+    raw = data_dir / "captions_ende" / "raw"
+    write_captions(raw, shared_data)
+    for language, blank in (("en", 17), ("de", 230)):
+        lines = (raw / f"train.{language}").read_text(encoding="utf-8").split("\n")
+        lines[blank] = "  " if language == "de" else ""
+        (raw / f"train.{language}").write_text("\n".join(lines), encoding="utf-8")
+    path = [str(tmp_path / "code"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+    return env, data_dir, raw
+
+
+def test_datagen_reports_each_stage_with_the_counts_of_the_corpus(tmp_path, shared_data):
+    env, data_dir, raw = captions_with_blanks(tmp_path, shared_data)
+    result = run_datagen("--problem=my_captions:Captions", f"--data_dir={data_dir}", env=env)
+    assert result.returncode == 0, result.stderr
+    # Expected counts, from the raw files themselves.
+    lines = {
+        (split, language): (raw / f"{split}.{language}")
+        .read_bytes()
+        .decode("utf-8")
+        .split("\n")[:-1]
+        for split in ("train", "dev", "test")
+        for language in ("en", "de")
+    }
+    pairs = {split: len(lines[split, "en"]) for split in ("train", "dev", "test")}
+    kept = {
+        split: sum(
+            bool(e.strip() and d.strip()) for e, d in zip(lines[split, "en"], lines[split, "de"])
+        )
+        for split in pairs
+    }
+    sentences = sum(bool(s.strip()) for language in ("en", "de") for s in lines["train", language])
+    assert (pairs["train"], kept["train"], sentences) == (300, 298, 598)
+    said = stage_lines(result.stderr)
+    started = [line.split(": started")[0] for line in said if ": started" in line]
+    assert started == [
+        "reading",
+        "vocabulary sample",
+        "SentencePiece training",
+        "encoding train",
+        "shuffling train",
+        "encoding dev",
+        "encoding test",
+    ]
+    done = {
+        line.split(": done in")[0]: line.split(" s: ", 1)[-1]
+        for line in said
+        if ": done in" in line
+    }
+    assert done["reading"] == ", ".join(f"{split} {n:,} pairs" for split, n in pairs.items())
+    assert (
+        done["vocabulary sample"] == f"{sentences:,} of {sentences:,} non-empty sentences sampled"
+    )
+    assert f"SentencePiece training: started ({sentences:,} sentences, vocab_size 400)" in said
+    shards = {"train": 2, "dev": 1, "test": 1}
+    for split in pairs:
+        assert done[f"encoding {split}"].startswith(
+            f"{pairs[split]:,} pairs read, {kept[split]:,} encoded and written to {shards[split]} "
+            f"shards, {pairs[split] - kept[split]:,} skipped (empty side); "
+        )
+    assert done["shuffling train"] == f"2 shards, {kept['train']:,} examples"
+    assert f"train: {kept['train']} examples in 2 shards, 2 empty pairs skipped" in result.stdout
+    # Every shard's sha256 is in the metadata.
+    folder = data_dir / "captions_ende"
+    metadata = json.loads((folder / "metadata.json").read_text())
+    for split in metadata["splits"].values():
+        for shard in split["shards"]:
+            assert (
+                shard["sha256"] == hashlib.sha256((folder / shard["file"]).read_bytes()).hexdigest()
+            )
+
+
+class NewsEnDe(TranslateProblem):
+    """Real WMT news: train newstest2010 + newssyscomb2009, dev newstest2013, test newstest2012."""
+
+    name = "news_ende"
+    vocab_size = 1000
+    num_shards = {"train": 4}
+    raw_stems = {
+        "train": ("newstest2010", "newssyscomb2009"),
+        "dev": ("newstest2013",),
+        "test": ("newstest2012",),
+    }
+
+
+@pytest.fixture(scope="module")
+def news_raw(tmp_path_factory, shared_data):
+    raw = tmp_path_factory.mktemp("news_raw")
+    news = shared_data / "wmt_news_2008_2012"
+    for language in ("en", "de"):
+        for stem in ("newstest2010", "newssyscomb2009", "newstest2012"):
+            os.symlink(news / f"{stem}.en-de.{language}", raw / f"{stem}.{language}")
+        os.symlink(
+            shared_data / "wmt13_newstest2013" / f"newstest2013.{language}",
+            raw / f"newstest2013.{language}",
+        )
+    return raw
+
+
+def shard_bytes(folder) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name != "metadata.json"}
+
+
+def test_parallel_runs_repeat_byte_for_byte_and_equal_one_process(tmp_path, news_raw):
+    problem = NewsEnDe()
+    runs = {}
+    for name, workers in (("two", 2), ("again", 2), ("one", 1)):
+        problem.generate_data(str(tmp_path / name), str(news_raw), workers=workers)
+        runs[name] = shard_bytes(tmp_path / name / "news_ende")
+    assert runs["two"] == runs["again"] == runs["one"]
+    assert len([n for n in runs["two"] if n.endswith(".tfrecord")]) == 6
+    # And against SentencePiece itself: example i of the corpus is in train shard i mod 4.
+    data_dir = str(tmp_path / "two")
+    reference = spm.SentencePieceProcessor(model_file=problem.vocab_file(data_dir))
+    expected = [[] for _ in range(4)]
+    index = 0
+    for stem in ("newstest2010", "newssyscomb2009"):
+        en = (news_raw / f"{stem}.en").read_bytes().decode("utf-8").split("\n")[:-1]
+        de = (news_raw / f"{stem}.de").read_bytes().decode("utf-8").split("\n")[:-1]
+        for source, target in zip(en, de, strict=True):
+            if source.strip() and target.strip():
+                ids = (
+                    tuple(reference.encode(source)) + (1,),
+                    tuple(reference.encode(target)) + (1,),
+                )
+                expected[index % 4].append(ids)
+                index += 1
+    for shard, path in enumerate(problem.shard_files("train", data_dir)):
+        got = [
+            (tuple(e["inputs"]), tuple(e["targets"]))
+            for e in problem._read([path]).as_numpy_iterator()
+        ]
+        assert Counter(got) == Counter(expected[shard]) and got != expected[shard]
+
+
+def test_a_shard_over_the_memory_budget_is_shuffled_through_buckets(
+    tmp_path, news_raw, monkeypatch
+):
+    problem = NewsEnDe()
+    problem.generate_data(str(tmp_path), str(news_raw), workers=1)
+    source = problem.shard_files("train", str(tmp_path))[0]
+    records = [r.numpy() for r in tf.data.TFRecordDataset(source)]
+    monkeypatch.setattr(encoding, "SHUFFLE_BUDGET", os.path.getsize(source) // 3)
+    state = encoding.shuffle_states(7, [len(records)])[0]
+    results = []
+    for copy in ("a", "b"):
+        path = str(tmp_path / f"shard.{copy}")
+        shutil.copy(source, path)
+        sha = encoding.shuffle_and_hash((path, state))
+        data = open(path, "rb").read()
+        assert sha == hashlib.sha256(data).hexdigest()
+        results.append(data)
+    assert results[0] == results[1], "deterministic for a given state"
+    shuffled = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "shard.a"))]  # CRCs hold
+    assert Counter(shuffled) == Counter(records) and shuffled != records
+    assert sorted(os.listdir(tmp_path))[-2:] == ["shard.a", "shard.b"]  # no bucket left over
+    assert not [n for n in os.listdir(tmp_path) if "bucket" in n]
+
+
+def test_a_shard_damaged_in_place_is_named_and_rebuilt(tmp_path, shared_data):
+    env, data_dir, _ = captions_with_blanks(tmp_path, shared_data)
+    flags = ["--problem=my_captions:Captions", f"--data_dir={data_dir}"]
+    assert run_datagen(*flags, env=env).returncode == 0
+    shard = data_dir / "captions_ende" / "train-00001-of-00002.tfrecord"
+    good = shard.read_bytes()
+    middle = len(good) // 2
+    shard.write_bytes(
+        good[:middle] + bytes(b ^ 0xFF for b in good[middle : middle + 16]) + good[middle + 16 :]
+    )
+    assert shard.stat().st_size == len(good)
+    result = run_datagen(*flags, env=env)
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"{shard}: shard damaged: same size but not the bytes datagen wrote (sha256 differs from"
+        in result.stderr
+    )
+    assert "rebuilding the data of" in result.stderr
+    assert "captions_ende: generated" in result.stdout
+    assert shard.read_bytes() == good
+    again = run_datagen(*flags, env=env)
+    assert "captions_ende: up to date" in again.stdout
+    assert "verifying: done in" in again.stderr and "4 shards, 0 damaged" in again.stderr
+
+
+def test_count_lines_agrees_with_read_lines(tmp_path):
+    texts = {"plain": "a\nb\n", "no_end": "a\nb", "crlf": "a\r\nb\r\n\r\n", "empty": "", "one": "x"}
+    for name, text in texts.items():
+        for path in (tmp_path / name, tmp_path / f"{name}.gz"):
+            data = text.encode()
+            path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+            assert count_lines(str(path)) == len(list(read_lines(str(path)))), name
+
+
+def test_progress_lines_come_while_a_stage_runs(tmp_path, news_raw, caplog):
+    caplog.set_level(logging.INFO, logger="t2t_lite.datagen")
+    NewsEnDe().generate_data(str(tmp_path), str(news_raw), workers=1, progress=Progress(interval=0))
+    said = [r.getMessage() for r in caplog.records if r.name == "t2t_lite.datagen"]
+    pairs = sum(
+        len((news_raw / f"{stem}.en").read_bytes().decode("utf-8").split("\n")[:-1])
+        for stem in ("newstest2010", "newssyscomb2009")
+    )
+    assert pairs == 2991
+    rate = r"[\d,]+/s, ETA \d+ s"
+    # Both sides, read twice (choose, then write the sample), reported every 8,192.
+    assert re.fullmatch(
+        rf"datagen: vocabulary sample: 8,192 / {4 * pairs:,} sentences read \(68%\), {rate}",
+        said[3],
+    ), said[3]
+    encoding_lines = [line for line in said if line.startswith("datagen: encoding train: ")]
+    # One line per chunk of 2,048 pairs here (interval 0, one process), then the summary.
+    assert re.fullmatch(
+        rf"datagen: encoding train: 2,048 / {pairs:,} pairs \(68%\), 2,048 encoded and written, {rate}",
+        encoding_lines[1],
+    ), encoding_lines[1]
+    assert encoding_lines[2].startswith(
+        f"datagen: encoding train: {pairs:,} / {pairs:,} pairs (100%)"
+    )
+    assert encoding_lines[3].startswith("datagen: encoding train: done in ")

@@ -9,7 +9,9 @@ import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
-from t2t_lite.problems import vocab
+from t2t_lite.problems import encoding, sampling, vocab
+from t2t_lite.problems.corpus import ParallelFiles, RawCorpus
+from t2t_lite.problems.progress import Progress
 
 EDGE_CASES = [
     "",
@@ -175,3 +177,53 @@ def test_reservoir_sample_is_uniform_bounded_and_deterministic():
     deciles = Counter(x // 10_000 for x in sample)
     assert min(deciles.values()) > 140 and max(deciles.values()) < 260
     assert vocab.reservoir_sample(["a", "b"], 5) == ["a", "b"]
+
+
+def test_word_cache_gives_the_ids_of_plain_sentencepiece(encoder, shared_data):
+    lines = _real_lines(shared_data) + EDGE_CASES
+    reference = spm.SentencePieceProcessor(model_file=encoder.model_path)
+    expected = encoder.encode_batch(lines)
+    plain = [i for i, line in enumerate(lines) if vocab.SPACE_MARK not in line]
+    assert [expected[i] for i in plain] == reference.encode([lines[i] for i in plain])
+    cached = encoding.WordCachedEncoder(encoder)
+    assert cached.encode_batch(lines) == expected
+    assert cached.encode_batch(lines[::-1]) == expected[::-1]  # now from the cache
+    # A full cache keeps what it holds and still encodes new words right.
+    small = encoding.WordCachedEncoder(encoder, max_words=300)
+    got = [
+        row
+        for start in range(0, len(lines), 500)
+        for row in small.encode_batch(lines[start : start + 500])
+    ]
+    assert got == expected and len(small._words) <= 300
+
+
+def test_word_cache_is_bypassed_for_user_symbols(tmp_path, shared_data):
+    # A user symbol may hold a space, and then a sentence is not its words one by one.
+    lines = _real_lines(shared_data)[:4000]
+    path = str(tmp_path / "symbols.model")
+    vocab.train_sentencepiece(lines, path, vocab_size=800, user_symbols=["New\u2581York"])
+    encoder = vocab.SentencePieceEncoder(path)
+    texts = ["He lives in New York now.", "New York, New York"] + lines[:200]
+    expected = spm.SentencePieceProcessor(model_file=path).encode(texts)
+    assert encoding.WordCachedEncoder(encoder).encode_batch(texts) == expected
+
+
+def test_vocab_sample_holds_what_reservoir_sample_would(tmp_path, shared_data):
+    newstest = shared_data / "wmt13_newstest2013"
+    en = (newstest / "newstest2013.en").read_text(encoding="utf-8").split("\n")[:-1]
+    de = (newstest / "newstest2013.de").read_text(encoding="utf-8").split("\n")[:-1]
+    en[5], de[7], en[100], de[100] = "", "  ", "", ""  # empty sentences are never sampled
+    (tmp_path / "train.en").write_text("\n".join(en) + "\n", encoding="utf-8")
+    (tmp_path / "train.de").write_text("\n".join(de) + "\n", encoding="utf-8")
+    corpus = RawCorpus(
+        {"train": [ParallelFiles(str(tmp_path / "train.en"), str(tmp_path / "train.de"))]}
+    )
+    sentences = [s for pair in zip(en, de) for s in pair if s.strip()]
+    path = str(tmp_path / "sample")
+    written = sampling.vocab_sample(corpus, 1000, path, {"train": 3000}, Progress())
+    assert written == 1000
+    assert list(sampling.read_sample(path)) == vocab.reservoir_sample(sentences, 1000, seed=1234)
+    # A sample larger than the text holds all of it, in corpus order.
+    assert sampling.vocab_sample(corpus, 10_000, path, {}, Progress()) == len(sentences)
+    assert list(sampling.read_sample(path)) == sentences
