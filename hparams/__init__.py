@@ -1,4 +1,4 @@
-"""Hparams sets by name: `get(name)`, `names()`, `override(hp, "k=v,k=v")`."""
+"""Hparams sets by name: `get(name)`, `names()`, `description(name)`, `override(hp, "k=v,k=v")`."""
 
 from t2t_lite.hparams import parsing, transformer
 from t2t_lite.hparams.hparams import HParams, override, validate
@@ -25,6 +25,12 @@ def names() -> list:
     return sorted(_REGISTRY)
 
 
+def description(name: str) -> str:
+    """The first line of the named set's docstring: what the set is for."""
+    get(name)  # the same error for an unknown name
+    return (_REGISTRY[name].__doc__ or "").strip().split("\n", 1)[0]
+
+
 def get(name: str) -> HParams:
     """Returns the named hparams set.
 
@@ -36,4 +42,4 @@ def get(name: str) -> HParams:
     return validate(_REGISTRY[name]())
 
 
-__all__ = ["HParams", "get", "names", "override", "validate"]
+__all__ = ["HParams", "description", "get", "names", "override", "validate"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 
 
@@ -40,6 +41,9 @@ class HParams:
     # Optimisation (section 5.3): Adam and eq. 3.
     learning_rate: float = 1.0  # multiplies eq. 3
     warmup_steps: int = 4000
+    # Optimizer updates a run makes unless --train_steps says otherwise: 100,000 for the
+    # base models and 300,000 for the big ones (section 5.2).
+    train_steps: int = 100_000
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -138,8 +142,54 @@ def override(hp: HParams, spec: str) -> HParams:
     return validate(dataclasses.replace(hp, **changes))
 
 
+# (hparam, lowest allowed value, whether the lowest is excluded, what it is): each value
+# must be finite and above its bound, else the run fails later inside TensorFlow (a
+# division by zero, a bucket loop that never grows) or trains NaNs without saying so.
+_LOWER_BOUNDS = (
+    ("num_encoder_layers", 1, False, "encoder layers"),
+    ("num_decoder_layers", 1, False, "decoder layers"),
+    ("hidden_size", 1, False, "model width"),
+    ("filter_size", 1, False, "feed-forward width"),
+    ("num_heads", 1, False, "attention heads"),
+    ("max_position", 1, False, "positions the model knows"),
+    ("learning_rate", 0.0, True, "multiplies eq. 3"),
+    ("warmup_steps", 1, False, "eq. 3 divides by warmup_steps^1.5"),
+    ("adam_epsilon", 0.0, True, "Adam's epsilon"),
+    ("clip_grad_norm", 0.0, False, "0 disables clipping"),
+    ("batch_size", 1, False, "tokens per replica"),
+    ("max_length", 1, False, "longest training example"),
+    ("min_length_bucket", 1, False, "shortest bucket boundary"),
+    ("length_bucket_step", 1.0, True, "bucket boundaries grow by this factor"),
+)
+_PROBABILITIES = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing")
+_ADAM_BETAS = ("adam_beta1", "adam_beta2")
+
+
+def _check_ranges(hp: HParams) -> None:
+    """Raises a ValueError naming the first hparam outside its range, its value and the rule."""
+    for name, bound, exclusive, meaning in _LOWER_BOUNDS:
+        value = getattr(hp, name)
+        if not math.isfinite(value) or value < bound or (exclusive and value == bound):
+            rule = f"> {bound}" if exclusive else f">= {bound}"
+            raise ValueError(f"hparam {name}={value}: must be a finite number {rule} ({meaning})")
+    for name in _PROBABILITIES + _ADAM_BETAS:
+        value = getattr(hp, name)
+        if not 0.0 <= value < 1.0:  # also refuses nan
+            raise ValueError(f"hparam {name}={value}: must be in [0, 1)")
+    if hp.hidden_size % 2 and hp.position_encoding == "sinusoid":
+        raise ValueError(
+            f"hparam hidden_size={hp.hidden_size}: must be even with sinusoid positions "
+            "(sines and cosines pair up)"
+        )
+
+
 def validate(hp: HParams) -> HParams:
-    """Checks cross-field constraints; returns `hp` unchanged when they hold."""
+    """Checks ranges and cross-field constraints; returns `hp` unchanged when they hold.
+
+    Raises:
+        ValueError: naming the hparam, its value and the rule it breaks.
+    """
+    _check_ranges(hp)
     if hp.hidden_size % hp.num_heads:
         raise ValueError(
             f"hidden_size {hp.hidden_size} is not divisible by num_heads {hp.num_heads}"
@@ -155,9 +205,6 @@ def validate(hp: HParams) -> HParams:
         )
     if hp.kernels not in ("auto", "cpu", "keras"):
         raise ValueError(f"kernels must be auto, cpu or keras, got {hp.kernels!r}")
-    for name in ("dropout", "attention_dropout", "relu_dropout", "label_smoothing"):
-        if not 0.0 <= getattr(hp, name) < 1.0:
-            raise ValueError(f"hparam {name} must be in [0, 1), got {getattr(hp, name)}")
     if hp.max_length > hp.max_position and hp.position_encoding == "learned":
         raise ValueError(
             f"max_length {hp.max_length} exceeds max_position {hp.max_position} "

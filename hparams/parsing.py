@@ -66,4 +66,5 @@ def transformer_parsing_small() -> HParams:
         learning_rate=2.0,
         warmup_steps=1000,
         source_pointer=True,
+        train_steps=5_000,  # about 30 minutes on 2 CPU cores (docs/parsing.md)
     )

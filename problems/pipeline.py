@@ -15,6 +15,8 @@ import bisect
 
 import tensorflow as tf
 
+from t2t_lite.problems.corpus import DataError
+
 
 def bucket_boundaries(min_length: int = 8, max_length: int = 256, step: float = 1.1) -> list:
     """Returns the increasing bucket upper boundaries, the last one equal to `max_length`."""
@@ -116,3 +118,56 @@ def boundary_of(length: int, boundaries: list) -> int:
     """Python twin of `round_up_to_boundary`, for tools and tests."""
     index = bisect.bisect_left(boundaries, length)
     return boundaries[index] if index < len(boundaries) else length
+
+
+def unreadable_shard(files: list) -> tuple | None:
+    """(path, reason) of the first TFRecord file of `files` that cannot be read to its end.
+
+    Every record's checksums are verified on the way, so a shard damaged in place (same
+    size, other bytes) is found; None when all of them read.
+    """
+    for path in files:
+        try:
+            tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+        except (tf.errors.DataLossError, tf.errors.NotFoundError) as error:
+            return path, str(error).strip().splitlines()[0][:200]
+    return None
+
+
+def read_error(problem, split: str, data_dir: str, error: Exception) -> Exception:
+    """The problem's DataError for `error`, raised while reading `split`: names the shard.
+
+    The error TensorFlow raises (e.g. "corrupted record at 29904") names no file, so the
+    split's shards are read one by one to find the damaged one.
+    """
+    datagen = f"rerun `python -m t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}`"
+    reason = str(error).strip().splitlines()[0][:200]
+    shard_files = getattr(problem, "shard_files", None)
+    found = unreadable_shard(shard_files(split, data_dir)) if shard_files else None
+    if found:
+        return DataError(
+            f"{found[0]}: cannot be read ({found[1]}); the shard is damaged: {datagen}"
+        )
+    return DataError(
+        f"problem {problem.name}, split {split}: its data cannot be read ({reason}); {datagen}"
+    )
+
+
+def count_longer(problem, split: str, data_dir: str, max_length: int) -> tuple:
+    """(examples of `split` longer than `max_length`, all examples) of `problem`.
+
+    From the lengths datagen recorded when there are some, else by reading the split once
+    (evaluation splits are small).
+    """
+    counts = problem.length_counts(split, data_dir)
+    if counts is not None:
+        longer = sum(count for length, count in counts.items() if length > max_length)
+        return longer, sum(counts.values())
+    totals = problem.examples(split, data_dir).reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda n, example: (
+            n[0] + tf.cast(example_length(example) > max_length, tf.int64),
+            n[1] + 1,
+        ),
+    )
+    return int(totals[0]), int(totals[1])

@@ -236,7 +236,10 @@ class Problem:
             dataset = dataset.shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
             dataset = dataset.repeat(num_epochs)
         else:
-            dataset = dataset.map(_check_length(self.name, split, max_length))
+            # Longer than the model's positions: skipped (and counted) rather than failing
+            # the whole evaluation, as tensor2tensor's eval_drop_long_sequences does.
+            self._report_skipped(split, data_dir, max_length)
+            dataset = dataset.filter(lambda example: pipeline.example_length(example) <= max_length)
             dataset = dataset.repeat(num_epochs or 1)
         dataset = dataset.apply(
             pipeline.batch_by_length(boundaries, hp.batch_size, pad_to_bucket=pad_to_bucket)
@@ -258,20 +261,20 @@ class Problem:
                 max_length,
             )
 
-
-def _check_length(name: str, split: str, max_length: int):
-    message = (
-        f"problem {name}, split {split}: an example is longer than {max_length} tokens, the "
-        "longest that evaluation batches; raise the max_position hparam"
-    )
-
-    def check(example):
-        with tf.control_dependencies(
-            [tf.debugging.assert_less_equal(pipeline.example_length(example), max_length, message)]
-        ):
-            return {key: tf.identity(value) for key, value in example.items()}
-
-    return check
+    def _report_skipped(self, split: str, data_dir: str, max_length: int) -> None:
+        skipped, total = pipeline.count_longer(self, split, data_dir, max_length)
+        if skipped:
+            logging.warning(
+                "problem %s, split %s: evaluation skips %d of %d examples longer than %d "
+                "tokens, the most its batches hold (max of the max_length and max_position "
+                "hparams); loss and accuracy are over the other %d",
+                self.name,
+                split,
+                skipped,
+                total,
+                max_length,
+                total - skipped,
+            )
 
 
 def log_counts(name: str, counts: dict) -> None:

@@ -10,12 +10,12 @@ import sys
 
 from absl import app, flags
 
-from t2t_lite.training.averaging import average_last_checkpoints
+from t2t_lite import cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", None, "The training run's directory (holds ckpt-* files).")
+cli.define_folder("output_dir", None, "The training run's directory (holds ckpt-* files).")
 flags.DEFINE_integer("num_last", 5, "How many of the newest checkpoints to average.")
-flags.DEFINE_string("averaged_dir", None, "Where to write; default OUTPUT_DIR/averaged.")
+cli.define_folder("averaged_dir", None, "Where to write; default OUTPUT_DIR/averaged.")
 flags.DEFINE_bool(
     "allow_fewer", False, "Average what exists, with a warning, if fewer than num_last exist."
 )
@@ -25,6 +25,9 @@ flags.mark_flag_as_required("output_dir")
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    cli.quiet_tensorflow(FLAGS["verbosity"].present)
+    from t2t_lite.training.averaging import average_last_checkpoints
+
     try:
         prefix = average_last_checkpoints(
             FLAGS.output_dir, FLAGS.num_last, FLAGS.averaged_dir, FLAGS.allow_fewer
@@ -35,7 +38,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
-"""Prepares a problem's data: `python -m t2t_lite.datagen --problem=... --data_dir=... [--raw_dir=...]`.
+"""Prepares a problem's data: `python -m t2t_lite.datagen --problem=... [--raw_dir=...]`.
 
 Builds the shared vocabulary and the TFRecord shards of every split under
-`DATA_DIR/<problem>/` and records counts and a data fingerprint in its
-`metadata.json`. A rerun with unchanged inputs and settings does nothing and says so.
+`DATA_DIR/<problem>/` (--data_dir, default ~/t2t_data, where the trainer looks) and
+records counts and a data fingerprint in its `metadata.json`. A rerun with unchanged
+inputs and settings does nothing and says so.
 """
 
 import sys
 
 from absl import app, flags
+
+from t2t_lite import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -15,8 +18,8 @@ flags.DEFINE_string(
     "Registered problem name, e.g. multi30k_ende, or module:ClassName of a problem of your "
     "own (the module importable from PYTHONPATH), e.g. my_corpus:MyCorpus.",
 )  # fmt: skip
-flags.DEFINE_string("data_dir", None, "Folder holding one sub-folder per problem.")
-flags.DEFINE_string(
+cli.define_folder("data_dir", "~/t2t_data", "Folder holding one sub-folder per problem.")
+cli.define_folder(
     "raw_dir", None, "Folder of raw parallel text files; default DATA_DIR/<problem>/raw."
 )
 flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size; default: the problem's own.")
@@ -29,12 +32,23 @@ flags.DEFINE_string(
     "Where TensorFlow Datasets keeps downloads and prepared data (TFDS source only); "
     "default: TFDS's own (~/tensorflow_datasets).",
 )  # fmt: skip
-flags.mark_flags_as_required(["problem", "data_dir"])
+flags.DEFINE_bool(
+    "registry_help", False, "Print the registered problems and hparams sets, then exit."
+)
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.quiet_tensorflow(FLAGS["verbosity"].present)
+    if FLAGS.registry_help:
+        print(cli.registry_help())
+        return
+    if not FLAGS.problem:
+        sys.exit(
+            "t2t_lite.datagen: --problem is required: a registered name (--registry_help "
+            "lists them) or module:ClassName"
+        )
     from t2t_lite import problems
 
     options = {}
@@ -60,7 +74,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

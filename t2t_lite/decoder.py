@@ -11,6 +11,8 @@ import sys
 
 from absl import app, flags
 
+from t2t_lite import cli
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
     "problem",
@@ -21,8 +23,10 @@ flags.DEFINE_string(
     "hparams_set", None, "Hparams set of the checkpoint; default: the run's hparams.json."
 )
 flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
-flags.DEFINE_string("data_dir", "", "Folder holding one sub-folder per problem (the vocabulary).")
-flags.DEFINE_string("output_dir", None, "The training run: hparams.json and checkpoints.")
+cli.define_folder(
+    "data_dir", "~/t2t_data", "Folder holding one sub-folder per problem (the vocabulary)."
+)
+cli.define_folder("output_dir", None, "The training run: hparams.json and checkpoints.")
 flags.DEFINE_string(
     "checkpoint_path", None, "A checkpoint prefix or folder (e.g. OUTPUT_DIR/averaged); "
     "default: the newest checkpoint of --output_dir."
@@ -50,6 +54,14 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per batch (batches group simil
 flags.DEFINE_bool(
     "return_beams", False, "Write all beam hypotheses, best first, tab-separated on each line."
 )
+flags.DEFINE_enum(
+    "engine", "tensorflow", ["tensorflow", "ctranslate2"], "tensorflow: restore the checkpoint; "
+    "ctranslate2: decode with the CTranslate2 export at --ct2_model (docs/export.md)."
+)  # fmt: skip
+flags.DEFINE_string(
+    "ct2_model", None, "--engine=ctranslate2: EXPORT_DIR/MODEL_NAME (its newest version) or "
+    "EXPORT_DIR/MODEL_NAME/VERSION, written by `t2t_lite.exporter --format=ctranslate2`."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "output_dir"])
 
 
@@ -58,6 +70,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if bool(FLAGS.decode_from_file) == FLAGS.decode_interactive:
         raise app.UsageError("pass exactly one of --decode_from_file and --decode_interactive")
+    cli.quiet_tensorflow(FLAGS["verbosity"].present)
     from t2t_lite import problems
     from t2t_lite.inference import decode
     from t2t_lite.runs import load_trained_model
@@ -80,16 +93,20 @@ def main(argv):
             stop_early=not FLAGS.return_beams,
         )
         SearchConfig.for_problem(problems.get(FLAGS.problem), **search)  # checked before restoring
-        trained = load_trained_model(
-            FLAGS.problem,
-            FLAGS.data_dir,
-            FLAGS.output_dir,
-            FLAGS.checkpoint_path,
-            FLAGS.hparams_set,
-            FLAGS.hparams,
-        )
-        config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
-        decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
+        if FLAGS.engine == "ctranslate2":
+            decoder = _ctranslate2_decoder(search, printer)
+        else:
+            trained = load_trained_model(
+                FLAGS.problem,
+                FLAGS.data_dir,
+                FLAGS.output_dir,
+                FLAGS.checkpoint_path,
+                FLAGS.hparams_set,
+                FLAGS.hparams,
+            )
+            config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
+            decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
+        trained, config = decoder.trained, decoder.config
         printer(f"decoding with {trained.checkpoint_path}: {config}")
         if FLAGS.decode_interactive:
             decode.interactive(decoder, return_beams=FLAGS.return_beams)
@@ -104,8 +121,18 @@ def main(argv):
         sys.exit(f"t2t_lite.decoder: {error}")
 
 
+def _ctranslate2_decoder(search: dict, printer):
+    if not FLAGS.ct2_model:
+        raise ValueError("--engine=ctranslate2 needs --ct2_model=EXPORT_DIR/MODEL_NAME[/VERSION]")
+    from t2t_lite.inference.ctranslate2_engine import ctranslate2_decoder
+
+    return ctranslate2_decoder(
+        FLAGS.ct2_model, FLAGS.problem, FLAGS.data_dir, search, FLAGS.batch_size, printer
+    )
+
+
 def run():
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,11 @@ EXPORT_DIR/MODEL_NAME_ids/VERSION (ids only, core TensorFlow ops), VERSION one m
 than the newest already there. See t2t_lite/export/exporter.py for the signatures.
 """
 
-import os
 import sys
 
 from absl import app, flags, logging
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from t2t_lite import cli
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -22,12 +21,14 @@ flags.DEFINE_string(
     "hparams_set", "", "Hparams set of the checkpoint; empty = the run's own hparams.json."
 )
 flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
-flags.DEFINE_string("data_dir", "", "Folder holding one sub-folder per problem (datagen output).")
-flags.DEFINE_string("output_dir", "", "The training run (hparams.json and checkpoints).")
+cli.define_folder(
+    "data_dir", "~/t2t_data", "Folder holding one sub-folder per problem (datagen output)."
+)
+cli.define_folder("output_dir", "", "The training run (hparams.json and checkpoints).")
 flags.DEFINE_string(
     "checkpoint_path", None, "A checkpoint prefix or folder; default: the run's newest."
 )
-flags.DEFINE_string("export_dir", None, "Folder of exported models.")
+cli.define_folder("export_dir", None, "Folder of exported models.")
 flags.DEFINE_string("model_name", None, "Versions go to EXPORT_DIR/MODEL_NAME/VERSION.")
 flags.DEFINE_integer("beam_size", None, "Default beam; default: the problem's (paper: 4).")
 flags.DEFINE_float("alpha", None, "Default length-penalty alpha; default: the problem's (0.6).")
@@ -46,16 +47,28 @@ flags.DEFINE_string(
     "ids_model_name", None, "Name of the ids-only SavedModel; default MODEL_NAME_ids; "
     "empty = do not write it."
 )  # fmt: skip
+flags.DEFINE_enum(
+    "format", "savedmodel", ["savedmodel", "ctranslate2"], "savedmodel: TensorFlow Serving's "
+    "SavedModels; ctranslate2: a CTranslate2 model folder (pip install \"t2t_lite[ctranslate2]\")."
+)  # fmt: skip
+flags.DEFINE_enum(
+    "quantization", None, ["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+    "float16", "bfloat16", "float32"], "--format=ctranslate2: weight type; default float32."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "export_dir", "model_name"])
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.quiet_tensorflow(FLAGS["verbosity"].present)
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from t2t_lite.export import export_from_run
 
+    if FLAGS.format == "ctranslate2":
+        _export_ctranslate2()
+        return
     try:
         result = export_from_run(
             FLAGS.problem,
@@ -80,8 +93,31 @@ def main(argv):
         print(f"ids-only SavedModel (core TensorFlow ops): {result.ids_dir}")
 
 
+def _export_ctranslate2():
+    from t2t_lite.export.ctranslate2_export import export_ctranslate2_from_run
+
+    try:
+        result = export_ctranslate2_from_run(
+            FLAGS.problem,
+            FLAGS.data_dir,
+            FLAGS.output_dir,
+            FLAGS.export_dir,
+            FLAGS.model_name,
+            checkpoint_path=FLAGS.checkpoint_path,
+            hparams_set=FLAGS.hparams_set or None,
+            overrides=FLAGS.hparams,
+            quantization=FLAGS.quantization,
+            beam_size=FLAGS.beam_size,
+            alpha=FLAGS.alpha,
+            extra_length=FLAGS.extra_length,
+        )
+    except ValueError as error:  # RestoreError, SearchConfigError, ExportError
+        sys.exit(f"t2t_lite.exporter: {error}")
+    print(f"exported version {result.version} (CTranslate2): {result.text_dir}")
+
+
 def run():
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

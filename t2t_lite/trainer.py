@@ -1,24 +1,48 @@
-"""Trains a problem with an hparams set: `python -m t2t_lite.trainer --problem=... --hparams_set=...`."""
+"""Trains a problem with an hparams set: `python -m t2t_lite.trainer --problem=... --hparams_set=...`.
 
-import os
+Reads the problem's data from --data_dir (default ~/t2t_data; --generate_data makes it
+first if it is missing) and writes the run to --output_dir (default
+~/t2t_train/PROBLEM-HPARAMS_SET). --train_steps defaults to the hparams set's own budget.
+--registry_help lists the problems and hparams sets.
+"""
+
 import sys
 
 from absl import app, flags, logging
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from t2t_lite import cli
 
-from t2t_lite.training import run_config  # noqa: E402  (absl flags only; TensorFlow loads in main)
+cli.quiet_tensorflow(cli.verbosity_requested())  # before anything imports TensorFlow
+
+from t2t_lite.training import run_config  # noqa: E402
 
 FLAGS = flags.FLAGS
 run_config.define_flags(FLAGS)
 flags.adopt_module_key_flags(run_config)  # --help lists them with the command's own
 flags.DEFINE_string("hparams_set", "transformer_tiny", "Registered hparams set name.")
 flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
+flags.DEFINE_bool(
+    "generate_data", False,
+    "Run datagen first when the problem's data is missing under --data_dir: from --raw_dir, "
+    "or TensorFlow Datasets for the problems that offer it.",
+)  # fmt: skip
+flags.DEFINE_string(
+    "raw_dir", None, "With --generate_data: folder of raw text files; default "
+    "DATA_DIR/<problem>/raw, else TensorFlow Datasets where the problem offers it."
+)  # fmt: skip
+flags.DEFINE_bool(
+    "registry_help", False, "Print the registered problems and hparams sets, then exit."
+)
+
+PROGRAM = "t2t_lite.trainer"
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    if FLAGS.registry_help:
+        print(cli.registry_help())
+        return
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from t2t_lite import hparams, problems
@@ -29,22 +53,52 @@ def main(argv):
     # The errors a person can fix from the command line: flag values, the output folder,
     # the strategy, missing or incomplete data. Anything else is a defect and keeps its
     # traceback.
-    user_errors = (run_dir.RunDirError, distribute.StrategyError, DataError)
+    user_errors = (run_dir.RunDirError, distribute.StrategyError)
 
     try:
         hp = hparams.override(hparams.get(FLAGS.hparams_set), FLAGS.hparams)
-        problems.get(FLAGS.problem)
+        problem = problems.get(FLAGS.problem)
     except ValueError as error:
-        sys.exit(f"t2t_lite.trainer: {error}")
+        sys.exit(f"{PROGRAM}: {error}")
     try:
-        config = run_config.from_flags(FLAGS)
+        default_dir = run_config.default_output_dir(problem.name, FLAGS.hparams_set)
+        config = run_config.from_flags(FLAGS, output_dir=default_dir)
+        if FLAGS.generate_data:
+            _generate_data_if_missing(problem, run_config.absolute(config.data_dir))
         trainer.train_and_evaluate(config, hp)
+    except DataError as error:
+        hint = "" if FLAGS.generate_data else "; or add --generate_data to this command"
+        sys.exit(f"{PROGRAM}: {error}{hint}")
     except user_errors as error:
-        sys.exit(f"t2t_lite.trainer: {error}")
+        sys.exit(f"{PROGRAM}: {error}")
+
+
+def _generate_data_if_missing(problem, data_dir: str) -> None:
+    """What `python -m t2t_lite.datagen` does, when the data is not there (or damaged)."""
+    from t2t_lite.problems.corpus import DataError
+
+    try:
+        problem.fingerprint(data_dir)
+        return
+    except DataError:
+        pass
+    raw = f" --raw_dir={FLAGS.raw_dir}" if FLAGS.raw_dir else ""
+    print(
+        f"generating the data of {problem.name} under {data_dir} (as python -m "
+        f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{raw} would)",
+        flush=True,
+    )
+    try:
+        metadata = problem.generate_data(data_dir, FLAGS.raw_dir)
+    except ValueError as error:  # DataError names the file; others, a setting that cannot work
+        if isinstance(error, DataError):
+            raise
+        raise DataError(f"--generate_data: {error}") from None
+    print(f"{problem.name}: {metadata.get('status', 'done')}", flush=True)
 
 
 def run():
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

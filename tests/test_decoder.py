@@ -370,12 +370,17 @@ def summaries(folder) -> dict:
 def test_trainer_logs_sacrebleu_and_samples_on_a_bleu_problem(multi30k_run, shared_data):
     data_dir, output_dir, lines, metrics = multi30k_run
     logged = summaries(output_dir / "eval")
-    assert [step for step, _ in logged["bleu"]] == [2, 4]
-    assert [step for step, _ in logged["samples"]] == [2, 4]
+    assert [step for step, _ in logged["eval/bleu"]] == [2, 4]
+    assert [step for step, _ in logged["eval/samples"]] == [2, 4]
+    # The table lists every BLEU so far, so the first evaluations read without a chart.
+    table = logged["eval/bleu_table"][-1][1][0]
+    bleus = [float(row.split("|")[2]) for row in table.splitlines() if row.startswith("| 2 ")]
+    assert [step for step, _ in logged["eval/bleu_table"]] == [2, 4] and "| 4 |" in table
+    assert bleus == [pytest.approx(logged["eval/bleu"][0][1], abs=0.006)]
     raw = shared_data / "multi30k"
     sources = raw_lines(raw / "val.en.gz", BLEU_SENTENCES)
     references = raw_lines(raw / "val.de.gz", BLEU_SENTENCES)
-    samples = logged["samples"][-1][1]
+    samples = logged["eval/samples"][-1][1]
     assert len(samples) == 3
     assert sources[0] in samples[0] and references[0] in samples[0]
     # The BLEU of step 4 is sacreBLEU of what the step-4 checkpoint decodes (greedy) on the
@@ -386,7 +391,7 @@ def test_trainer_logs_sacrebleu_and_samples_on_a_bleu_problem(multi30k_run, shar
     decoder = Decoder(trained, str(data_dir), greedy, printer=lambda line: None)
     hypotheses = decoder.translate(sources).best
     expected = sacrebleu.corpus_bleu(hypotheses, [references]).score
-    assert logged["bleu"][-1][1] == pytest.approx(expected, abs=1e-4)
+    assert logged["eval/bleu"][-1][1] == pytest.approx(expected, abs=1e-4)
     # The samples show the same hypotheses (markdown escapes removed).
     for sample, hypothesis in zip(samples, hypotheses):
         shown = re.sub(r"\\(.)", r"\1", sample.rsplit("**hypothesis:** ", 1)[1])
@@ -404,7 +409,7 @@ def test_trainer_bleu_with_beam_search_is_sacrebleu_of_the_beam_decodes(
 ):
     data_dir, output_dir, lines, metrics = multi30k_beam_run
     logged = summaries(output_dir / "eval")
-    bleu, samples = dict(logged["bleu"]), dict(logged["samples"])
+    bleu, samples = dict(logged["eval/bleu"]), dict(logged["eval/samples"])
     assert sorted(bleu) == sorted(samples) == [2, 4, 5]  # steps 2 and 4 are the copied run's
     raw = shared_data / "multi30k"
     sources = raw_lines(raw / "val.en.gz", BLEU_SENTENCES)

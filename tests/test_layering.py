@@ -53,6 +53,9 @@ ALLOWED = {
     "export": {"ids", "decoding", "problems", "search", "runs"},
     # Serving loads SavedModels only, as TensorFlow Serving would.
     "serving": set(),
+    # The commands' shared plumbing (absl help, a quiet TensorFlow start-up); it lists the
+    # registered problems and hparams sets for --registry_help.
+    "cli": {"hparams", "problems"},
 }
 # Parts whose code must not build input pipelines: a model is portable and testable alone.
 NO_TF_DATA = {"kernels", "layers", "models"}

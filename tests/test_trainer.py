@@ -18,7 +18,7 @@ from t2t_lite import hparams, problems
 from t2t_lite.layers import feed_forward
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.progress import Progress
-from t2t_lite.training import cpu_features, trainer
+from t2t_lite.training import cpu_features, resume, trainer
 from t2t_lite.training.schedule import TransformerSchedule
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
@@ -102,7 +102,7 @@ def test_logged_learning_rate_is_the_one_each_update_used(finished_run):
     # schedule at the number of updates made before, so update n applies eq. 3 at n - 1,
     # and the schedule takes step 0 as step 1.
     output_dir, _, _ = finished_run
-    logged = _event_values(output_dir / "train", "lr")
+    logged = _event_values(output_dir / "train", "train/learning_rate")
     assert sorted(logged) == [2, 4, 6]
     for step, rate in logged.items():
         used = max(step - 1, 1)
@@ -151,11 +151,11 @@ def test_mixed_bfloat16_on_a_cpu_without_bfloat16_is_warned_about(tmp_path, monk
 def test_tensorboard_events_have_tags_and_steps(finished_run):
     output_dir, _, _ = finished_run
     train = _events(output_dir / "train")
-    for tag in ("loss", "lr", "grad_norm", "tokens_per_sec"):
-        assert train[tag] == [2, 4, 6], tag
+    for tag in ("loss", "learning_rate", "grad_norm", "tokens_per_sec"):
+        assert train[f"train/{tag}"] == [2, 4, 6], tag
     evaluation = _events(output_dir / "eval")
     for tag in ("loss", "accuracy", "perplexity"):
-        assert evaluation[tag] == [3, 6], tag
+        assert evaluation[f"eval/{tag}"] == [3, 6], tag
 
 
 def test_progress_lines_show_step_loss_rate_and_eta(finished_run):
@@ -220,7 +220,7 @@ def test_xla_run_compiles_once_per_batch_shape_and_reports_it(tmp_path):
     # Copy examples of 1..40 symbols + EOS, filtered to <= 10 tokens: all three buckets
     # come up within 12 updates, each compiled once, reported when the count grows.
     assert counts == sorted(set(counts)) and counts[-1] == 3
-    compiled = _events(output_dir / "train")["xla_compilations"]
+    compiled = _events(output_dir / "train")["train/xla_compilations"]
     assert compiled == [3, 6, 9, 12]
     # XLA compiled exactly three modules, all of them the gradient function: no retracing,
     # and nothing compiled twice for a shape met again.
@@ -257,7 +257,7 @@ def test_float16_run_logs_its_loss_scale_and_counts_only_applied_updates(tmp_pat
     assert scales[-1] == 2.0 ** (15 - skipped)
     if skips:
         assert float(skips[-1][2]) == scales[-1]
-    assert _events(tmp_path / "train")["loss_scale"] == [2, 4, 6]
+    assert _events(tmp_path / "train")["train/loss_scale"] == [2, 4, 6]
 
 
 def test_rerun_resumes_at_the_saved_step(finished_run, tmp_path):
@@ -289,8 +289,8 @@ def test_resume_restores_the_step_and_adam_moments_of_the_checkpoint(finished_ru
     model, optimizer = trainer.build_model_and_optimizer(
         hp, problems.get("algorithmic_copy"), "", strategy
     )
-    checkpoint, _ = trainer.checkpoint_manager(model, optimizer, str(output_dir), 2)
-    assert trainer.restore_latest(checkpoint, str(output_dir)).endswith("ckpt-6")
+    checkpoint, _ = resume.checkpoint_manager(model, optimizer, str(output_dir), 2)
+    assert resume.restore_latest(checkpoint, str(output_dir)).endswith("ckpt-6")
     # Read back with TensorFlow's checkpoint reader: Keras's Adam tracks its variables as
     # `_variables`: [iteration, then momentum and velocity of each trainable variable].
     reader = tf.train.load_checkpoint(str(output_dir))

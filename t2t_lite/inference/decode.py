@@ -29,6 +29,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from t2t_lite.inference.text_files import DecodeError, one_line, read_lines, write_lines
 from t2t_lite.metrics import write_scores_json
 from t2t_lite.runs.progress import format_duration
@@ -100,6 +102,8 @@ class Decoder:
         batch_size: sentences per batch.
         printer: where progress lines and warnings go.
         report_every: seconds between progress lines.
+        translator: what searches, with `Translator.search`'s contract; default: a
+            `Translator` of `trained.model` (another engine, e.g. CTranslate2, otherwise).
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class Decoder:
         batch_size: int = 32,
         printer: Callable = print,
         report_every: float = 10.0,
+        translator=None,
     ):
         if batch_size < 1:
             raise DecodeError(f"batch_size must be >= 1 sentence, got {batch_size}")
@@ -121,7 +126,7 @@ class Decoder:
         self.batch_size = batch_size
         self.printer = printer
         self.report_every = report_every
-        self.translator = Translator(
+        self.translator = translator or Translator(
             trained.model, config, constraint=self.problem.search_constraint(data_dir)
         )
         # Decoder positions run to S + extra_length - 1 with S = tokens + EOS.
@@ -194,7 +199,7 @@ class Decoder:
         for batch in length_batches([len(encoded[index]) for index in present], self.batch_size):
             rows = [present[position] for position in batch]
             ids, batch_scores = self.translator.search(pad_batch([encoded[r] for r in rows]))
-            ids, batch_scores = ids.numpy(), batch_scores.numpy()  # [B, K, L], [B, K]
+            ids, batch_scores = np.asarray(ids), np.asarray(batch_scores)  # [B, K, L], [B, K]
             batch_tokens = 0
             for row, index in enumerate(rows):
                 hypotheses = [strip_ids(hypothesis) for hypothesis in ids[row]]

@@ -6,6 +6,7 @@ problem differ from what the directory was trained with.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -40,12 +41,26 @@ def prepare(output_dir: str) -> None:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Writes `text` to `path` through a temporary file and a rename."""
+    """Writes `text` to `path` through a temporary file and a rename.
+
+    Raises:
+        RunDirError: when the file cannot be written (a full disk); the temporary file
+            is removed and `path` keeps its previous content.
+    """
     directory = os.path.dirname(path) or "."
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-        temporary = handle.name
-    os.replace(temporary, path)
+    temporary = None
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
+            temporary = handle.name
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary and os.path.exists(temporary):
+            os.remove(temporary)
+        raise RunDirError(
+            f"cannot write {path}: {(error.strerror or str(error)).lower()}; it keeps its "
+            "previous content. Free space (or fix the folder) and rerun"
+        ) from None
 
 
 def load_hparams(output_dir: str) -> HParams | None:
@@ -67,21 +82,74 @@ def check_resume(output_dir: str, hp: HParams, problem_name: str) -> None:
                 f"{output_dir} holds a model with other hparams ({'; '.join(changed)}); "
                 "resume with the same --hparams_set/--hparams or use a new --output_dir"
             )
-    manifest_path = os.path.join(output_dir, MANIFEST_FILE)
-    if os.path.exists(manifest_path):
-        with open(manifest_path) as handle:
-            previous = json.load(handle).get("problem")
-        if previous and previous != problem_name:
-            raise RunDirError(
-                f"{output_dir} was trained on problem {previous}, not {problem_name}; "
-                "use a new --output_dir"
-            )
+    previous = _load_manifest(output_dir).get("problem")
+    if previous and previous != problem_name:
+        raise RunDirError(
+            f"{output_dir} was trained on problem {previous}, not {problem_name}; "
+            "use a new --output_dir"
+        )
+
+
+def vocabulary_record(problem, data_dir: str) -> dict | None:
+    """{"file", "sha256"} of the problem's vocabulary file under `data_dir`.
+
+    None when the problem has no vocabulary file (its ids are fixed by its code) or the
+    file is not there yet (the problem itself reports missing data).
+    """
+    path = problem.vocab_file(data_dir)
+    if not path or not os.path.isfile(path):
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": os.path.abspath(path), "sha256": digest.hexdigest()}
+
+
+def check_vocabulary(output_dir: str, vocabulary: dict | None) -> None:
+    """Refuses to continue a run on data whose vocabulary is not the one it trained on.
+
+    Ids index the vocabulary: with another one most ids mean other pieces, so resuming
+    would train the model on scrambled text. A run recorded before vocabularies were
+    recorded (no field) is accepted, and gets the field.
+    """
+    previous = _load_manifest(output_dir).get("vocabulary")
+    if not previous or not vocabulary or previous["sha256"] == vocabulary["sha256"]:
+        return
+    raise RunDirError(
+        f"{output_dir} was trained with the vocabulary {previous['file']} (sha256 "
+        f"{previous['sha256'][:12]}, recorded in its {MANIFEST_FILE}), but the data_dir's "
+        f"{vocabulary['file']} is another one (sha256 {vocabulary['sha256'][:12]}), so its "
+        "ids mean other pieces: point --data_dir at the data the run was trained on, or "
+        "train into a new --output_dir"
+    )
+
+
+def _load_manifest(output_dir: str) -> dict:
+    path = os.path.join(output_dir, MANIFEST_FILE)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as handle:
+        return json.load(handle)
 
 
 def write_run_files(output_dir: str, hp: HParams, manifest: dict) -> None:
-    """Writes hparams.json and manifest.json (problem, hparams, versions, command line)."""
+    """Writes hparams.json and manifest.json (problem, hparams, versions, command line).
+
+    A resumed run keeps the fingerprints of the data it trained on before, under
+    `earlier_data_fingerprints`, when its data changed since.
+
+    Raises:
+        RunDirError: when `manifest["vocabulary"]` is not the vocabulary the run was
+            trained on (`check_vocabulary`), or a file cannot be written.
+    """
     import tensorflow as tf
 
+    check_vocabulary(output_dir, manifest.get("vocabulary"))
+    previous = _load_manifest(output_dir)
+    earlier = list(previous.get("earlier_data_fingerprints", []))
+    if previous.get("data_fingerprint") not in (None, manifest.get("data_fingerprint")):
+        earlier.append(previous["data_fingerprint"])
     write_atomic(os.path.join(output_dir, HPARAMS_FILE), hp.to_json() + "\n")
     full = {
         "t2t_lite_version": __version__,
@@ -89,6 +157,7 @@ def write_run_files(output_dir: str, hp: HParams, manifest: dict) -> None:
         "python_version": platform.python_version(),
         "command_line": " ".join(sys.argv),
         **manifest,
+        **({"earlier_data_fingerprints": earlier} if earlier else {}),
         "hparams": json.loads(hp.to_json()),
     }
     write_atomic(os.path.join(output_dir, MANIFEST_FILE), json.dumps(full, indent=2) + "\n")

@@ -5,8 +5,10 @@ calls `log_bleu` from its evaluation branch. The evaluator decodes the first `se
 dev examples with the same `Translator` as the decoder command (beam search with the
 problem's beam size and alpha, or greedy decoding, which is faster), detokenizes the best
 hypotheses and scores them with sacreBLEU's corpus BLEU on text, never on subword ids.
-TensorBoard gets, under `eval/`, the scalar `bleu` and the text summary `samples` (source,
-reference and hypothesis of the first few sentences).
+TensorBoard gets the scalar `eval/bleu`, the text summary `eval/samples` (source,
+reference and hypothesis of the first few sentences) and the text summary
+`eval/bleu_table`: every BLEU of this process so far as a table, readable from the first
+evaluation on, where a chart of one or two points shows little.
 
 The references (and the sources shown in the samples) are the dev examples decoded by the
 problem's vocabulary, so that BLEU needs only the data folder, not the raw corpus. For the
@@ -27,11 +29,13 @@ is then still that of the evaluated pairs, against their own reference text.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import tensorflow as tf
 
 from t2t_lite.metrics import sacrebleu_corpus
+from t2t_lite.problems import pipeline
 from t2t_lite.search import (
     SearchConfig,
     Translator,
@@ -75,17 +79,40 @@ class BleuEvaluator:
         self.num_samples = num_samples
         self.batch_size = batch_size
         self.inputs, targets = [], []
-        for example in problem.examples("dev", data_dir).take(sentences).as_numpy_iterator():
-            self.inputs.append(without_eos(example["inputs"]))
-            targets.append(without_eos(example["targets"]))
+        try:
+            for example in problem.examples("dev", data_dir).take(sentences).as_numpy_iterator():
+                self.inputs.append(without_eos(example["inputs"]))
+                targets.append(without_eos(example["targets"]))
+        except tf.errors.DataLossError as error:  # a damaged shard: name it
+            raise pipeline.read_error(problem, "dev", data_dir, error) from None
         if not self.inputs:
             raise ValueError(f"problem {problem.name} has no dev examples to compute BLEU on")
         self.sources = [encoders["inputs"].decode(ids) for ids in self.inputs]
         self.references = [self.target_encoder.decode(ids) for ids in targets]
         self.config = SearchConfig.for_problem(problem, method=method)
+        self._truncate_inputs(problem, model.max_position)
         self.translator = Translator(
             model, self.config, constraint=problem.search_constraint(data_dir)
         )
+        self.history = []  # (step, BLEU) of every evaluation so far
+
+    def _truncate_inputs(self, problem, max_position: int) -> None:
+        """Keeps the first tokens of inputs too long for the model's positions.
+
+        As the decoder command does: the output positions run to input + extra_length, so
+        a longer input is decoded from its first tokens, and its full reference still
+        counts in the BLEU (the score stays one over all the sentences).
+        """
+        keep = max(max_position - self.config.extra_length - 1, 1)  # 1 for EOS
+        longer = sum(len(ids) > keep for ids in self.inputs)
+        if longer:
+            logging.warning(
+                "problem %s: BLEU decodes only the first %d tokens of %d of its %d dev "
+                "sentences, longer than max_position %d less extra_length %d and EOS allow",
+                problem.name, keep, longer, len(self.inputs), max_position,
+                self.config.extra_length,
+            )  # fmt: skip
+            self.inputs = [ids[:keep] for ids in self.inputs]
 
     def describe(self) -> str:
         return f"{len(self.inputs)} dev sentences, {self.config.describe()}"
@@ -134,7 +161,7 @@ def make_bleu_evaluator(
 
 
 def log_bleu(evaluator: BleuEvaluator | None, writer, step: int, printer=print) -> dict:
-    """Decodes, prints and writes `eval/bleu` and `eval/samples` at `step`.
+    """Decodes, prints and writes `eval/bleu`, `eval/bleu_table` and `eval/samples` at `step`.
 
     Returns:
         {"bleu": score} to merge into the evaluation metrics ({} without an evaluator).
@@ -146,11 +173,19 @@ def log_bleu(evaluator: BleuEvaluator | None, writer, step: int, printer=print) 
         f"eval step {step}: BLEU {result['bleu']:.2f} (sacreBLEU, detokenized; "
         f"{evaluator.describe()}; {result['seconds']:.1f}s) [{result['signature']}]"
     )
+    evaluator.history.append((step, result["bleu"]))
     with writer.as_default(step=step):
-        tf.summary.scalar("bleu", result["bleu"])
-        tf.summary.text("samples", tf.constant(evaluator.samples(result["hypotheses"])))
+        tf.summary.scalar("eval/bleu", result["bleu"], description=evaluator.describe())
+        tf.summary.text("eval/bleu_table", bleu_table(evaluator.history, evaluator.describe()))
+        tf.summary.text("eval/samples", tf.constant(evaluator.samples(result["hypotheses"])))
     writer.flush()
     return {"bleu": result["bleu"]}
+
+
+def bleu_table(history: list, description: str) -> str:
+    """Markdown: one row per (step, BLEU) of `history`, under what was decoded."""
+    rows = "".join(f"| {step:,} | {bleu:.2f} |\n" for step, bleu in history)
+    return f"sacreBLEU on {_escape(description)}\n\n| step | BLEU |\n|---:|---:|\n{rows}"
 
 
 def _escape(text: str) -> str:

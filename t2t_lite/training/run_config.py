@@ -2,18 +2,24 @@
 
 It is the one source of a run's settings and their defaults: `define_flags` makes the
 trainer command's flags from its fields (name, type, default, choices, help), and
-`from_flags` reads them back, so the command and the library cannot disagree.
+`from_flags` reads them back, so the command and the library cannot disagree. The step
+budget has one default, the hparams set's `train_steps`: `train_steps=None` means it, and
+`resolve` fills it in together with absolute paths when a run starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from absl import flags
 
 from t2t_lite.runs.run_dir import RunDirError
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+# tensor2tensor's folders: datagen writes under the first, runs go under the second.
+DEFAULT_DATA_DIR = os.path.join("~", "t2t_data")
+DEFAULT_TRAIN_ROOT = os.path.join("~", "t2t_train")
 EVAL_DECODE_METHODS = ("beam", "greedy")
 
 
@@ -27,15 +33,26 @@ def _field(default, help_text: str, minimum=None, choices=None):
 class RunConfig:
     """Where and how long to train; every field is also a flag of `python -m t2t_lite.trainer`."""
 
+    # Required here; the trainer command names it ~/t2t_train/PROBLEM-HPARAMS_SET when unset.
     output_dir: str = dataclasses.field(
-        metadata={"help": "Where checkpoints, hparams, manifest and events go.", "required": True}
+        metadata={
+            "help": "Where checkpoints, hparams, manifest and events go; default "
+            f"{DEFAULT_TRAIN_ROOT}/PROBLEM-HPARAMS_SET."
+        }
     )
     problem: str = _field(
         "algorithmic_reverse",
         "Registered problem name (e.g. multi30k_ende), or module:ClassName of your own.",
     )
-    data_dir: str = _field("", "Folder holding one sub-folder per problem (datagen output).")
-    train_steps: int = _field(2000, "Optimizer updates to train for (global step).", 0)
+    data_dir: str = _field(
+        DEFAULT_DATA_DIR, "Folder holding one sub-folder per problem (datagen output)."
+    )
+    train_steps: int | None = _field(
+        None,
+        "Optimizer updates to train for (global step); default: the hparams set's own "
+        "(transformer_base 100,000, transformer_big 300,000; see --registry_help).",
+        0,
+    )
     train_minutes: float = _field(
         0.0,
         "Stop after this many minutes, start-up and evaluations included (0 = no limit); "
@@ -80,6 +97,11 @@ class RunConfig:
 
     def check(self) -> None:
         """Raises RunDirError naming the first field (flag) whose value cannot work."""
+        if not self.output_dir:
+            raise RunDirError(
+                "--output_dir: not set; name the run's folder (the trainer command's default "
+                f"is {DEFAULT_TRAIN_ROOT}/PROBLEM-HPARAMS_SET)"
+            )
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             minimum, choices = field.metadata.get("minimum"), field.metadata.get("choices")
@@ -113,12 +135,36 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
             )  # fmt: skip
         else:
             _DEFINE[field.type](field.name, default, help_text, flag_values=flag_values)
-        if field.metadata.get("required"):
-            flags.mark_flag_as_required(field.name, flag_values=flag_values)
 
 
-def from_flags(flag_values: flags.FlagValues = flags.FLAGS) -> RunConfig:
-    """The RunConfig of the parsed flags. Raises RunDirError for a value that cannot work."""
-    return RunConfig(
-        **{field.name: flag_values[field.name].value for field in dataclasses.fields(RunConfig)}
+def from_flags(flag_values: flags.FlagValues = flags.FLAGS, **values) -> RunConfig:
+    """The RunConfig of the parsed flags, `values` (e.g. a default output_dir) filling unset ones.
+
+    Raises:
+        RunDirError: for a value that cannot work.
+    """
+    for field in dataclasses.fields(RunConfig):
+        if flag_values[field.name].present or field.name not in values:
+            values[field.name] = flag_values[field.name].value
+    return RunConfig(**values)
+
+
+def default_output_dir(problem_name: str, hparams_set: str) -> str:
+    """tensor2tensor's habit: ~/t2t_train/PROBLEM-HPARAMS_SET, absolute."""
+    return absolute(os.path.join(DEFAULT_TRAIN_ROOT, f"{problem_name}-{hparams_set}"))
+
+
+def absolute(path: str) -> str:
+    """`path` with ~ expanded, made absolute ("" stays "": no folder)."""
+    return os.path.abspath(os.path.expanduser(path)) if path else path
+
+
+def resolve(config: RunConfig, hp) -> RunConfig:
+    """`config` as the run uses it: absolute folders, the hparams set's train_steps if unset."""
+    steps = hp.train_steps if config.train_steps is None else config.train_steps
+    return dataclasses.replace(
+        config,
+        output_dir=absolute(config.output_dir),
+        data_dir=absolute(config.data_dir),
+        train_steps=steps,
     )

@@ -32,10 +32,10 @@ from t2t_lite.models import build_transformer
 from t2t_lite.problems import pipeline
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.progress import Progress
-from t2t_lite.training import bleu_eval, cpu_features, distribute, host_memory
+from t2t_lite.training import bleu_eval, cpu_features, distribute, host_memory, saving
 from t2t_lite.training.compile_log import CompileLog, use_xla
-from t2t_lite.training.resume import checkpoint_manager, data_seed, restore_latest, worker_dirs
-from t2t_lite.training.run_config import RunConfig
+from t2t_lite.training.resume import data_seed, resume_or_start, worker_dirs
+from t2t_lite.training.run_config import RunConfig, resolve
 from t2t_lite.training.schedule import TransformerSchedule
 from t2t_lite.training.step import EVAL_KEYS, TrainStep, make_optimizer
 
@@ -160,7 +160,7 @@ def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
     run = _set_up(config, hp, printer)
     metrics = _loop(run)
     if not metrics:
-        metrics = evaluate(run.step_fns, run.eval_data, run.strategy, config.eval_steps)
+        metrics = _dev_metrics(run)
         printer(f"eval step {run.step}: accuracy {metrics['accuracy']:.4f} (training was complete)")
     return metrics
 
@@ -172,7 +172,14 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     # The time budget counts start-up and evaluations too.
     deadline = time.monotonic() + config.train_minutes * 60 if config.train_minutes else None
     hp = hparams_lib.validate(hp)
+    budget = "--train_steps" if config.train_steps is not None else "the hparams set's train_steps"
+    config = resolve(config, hp)
+    printer(
+        f"data_dir {config.data_dir or '(none)'} | output_dir {config.output_dir} | "
+        f"train_steps {config.train_steps:,} ({budget})"
+    )
     problem = problems_lib.get(config.problem)
+    problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
     run_dir.prepare(config.output_dir)
     run_dir.check_resume(config.output_dir, hp, config.problem)
     try:
@@ -185,11 +192,9 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
 
     model, optimizer = build_model_and_optimizer(hp, problem, config.data_dir, strategy)
     checkpoint_dir, is_chief = worker_dirs(strategy, config.output_dir)
-    checkpoint, manager = checkpoint_manager(
-        model, optimizer, checkpoint_dir, config.keep_checkpoints
+    _, manager, latest = resume_or_start(
+        model, optimizer, checkpoint_dir, config.output_dir, config.keep_checkpoints, printer
     )
-    # Every worker resumes from the chief's newest checkpoint (they hold the same weights).
-    latest = restore_latest(checkpoint, config.output_dir)
     step = int(optimizer.iterations.numpy())
     if latest:
         printer(
@@ -243,6 +248,7 @@ def _write_run_files(config, hp, problem, strategy, accumulate, model) -> None:
             "problem": config.problem,
             "seed": config.seed,
             "data_fingerprint": problem.fingerprint(config.data_dir),
+            "vocabulary": run_dir.vocabulary_record(problem, config.data_dir),
             "strategy": type(strategy).__name__,
             "replicas": strategy.num_replicas_in_sync,
             "accumulation_steps": accumulate,
@@ -260,7 +266,10 @@ def _loop(run: _Run) -> dict:
     last = run.step >= config.train_steps
     while not last:
         began = time.monotonic()
-        result = run.step_fns.train(run.iterator)
+        try:
+            result = run.step_fns.train(run.iterator)
+        except tf.errors.DataLossError as error:
+            raise pipeline.read_error(run.problem, "train", config.data_dir, error) from None
         run.step += 1
         run.progress.add_tokens(result["tokens"])  # a tensor: no wait for the host here
         if first:
@@ -272,6 +281,8 @@ def _loop(run: _Run) -> dict:
         if boundary and _skipped_updates(run):
             last = False
             continue
+        if boundary:  # the loss is fetched here anyway; never save NaN weights
+            saving.check_finite(run.step, result, run.manager.directory)
         if out_of_time:
             run.printer(
                 f"time budget of {config.train_minutes:g} minutes reached at step {run.step}"
@@ -279,7 +290,7 @@ def _loop(run: _Run) -> dict:
         if run.step % config.log_every == 0 or last:
             _log(run, result)
         if run.step % config.save_every == 0 or last:
-            run.manager.save(checkpoint_number=run.step)
+            saving.save_checkpoint(run.manager, run.step)
         if run.step % config.eval_every == 0 or last:
             metrics = _evaluate(run)
     return metrics
@@ -302,8 +313,12 @@ def _skipped_updates(run: _Run) -> bool:
     return True
 
 
+# TensorBoard tags of the progress values: grouped under train/, spelled out.
+_TRAIN_TAGS = {"lr": "learning_rate"}
+
+
 def _log(run: _Run, result: dict) -> None:
-    """Prints the progress line and writes the train summaries of this step."""
+    """Prints the progress line and writes the train summaries (train/...) of this step."""
     tokens = max(float(result["tokens"]), 1.0)
     values = {
         "loss": float(result["loss"]) / tokens,
@@ -314,18 +329,33 @@ def _log(run: _Run, result: dict) -> None:
         values["loss_scale"] = float(result["loss_scale"])
     rate = run.progress.report(run.step, values)
     extra = run.compile_log.report()
-    _write_scalars(run.train_writer, run.step, dict(values, tokens_per_sec=rate, **extra))
+    logged = dict(values, tokens_per_sec=rate, **extra)
+    _write_scalars(
+        run.train_writer,
+        run.step,
+        {f"train/{_TRAIN_TAGS.get(name, name)}": value for name, value in logged.items()},
+    )
+
+
+def _dev_metrics(run: _Run) -> dict:
+    """`evaluate` on the dev split; a damaged shard is a DataError naming it."""
+    try:
+        return evaluate(run.step_fns, run.eval_data, run.strategy, run.config.eval_steps)
+    except tf.errors.DataLossError as error:
+        raise pipeline.read_error(run.problem, "dev", run.config.data_dir, error) from None
 
 
 def _evaluate(run: _Run) -> dict:
     """Evaluates on dev (and BLEU where the problem has it), prints and writes summaries."""
-    metrics = evaluate(run.step_fns, run.eval_data, run.strategy, run.config.eval_steps)
+    metrics = _dev_metrics(run)
     run.printer(
         f"eval step {run.step}: loss {metrics['loss']:.4f} | accuracy "
         f"{metrics['accuracy']:.4f} | perplexity {metrics['perplexity']:.3f}"
     )
     _write_scalars(
-        run.eval_writer, run.step, {k: metrics[k] for k in ("loss", "accuracy", "perplexity")}
+        run.eval_writer,
+        run.step,
+        {f"eval/{k}": metrics[k] for k in ("loss", "accuracy", "perplexity")},
     )
     metrics.update(bleu_eval.log_bleu(run.bleu_evaluator, run.eval_writer, run.step, run.printer))
     return metrics
