@@ -4,15 +4,14 @@ Loads the newest version in MODEL_DIR (= EXPORT_DIR/MODEL_NAME), picks up newer 
 they appear, and stops gracefully on SIGTERM. See t2t_lite/serving/server.py for the API.
 """
 
-import os
 import sys
 
 from absl import app, flags, logging
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from t2t_lite import cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model_dir", None, "EXPORT_DIR/MODEL_NAME, holding integer version folders.")
+cli.define_folder("model_dir", None, "EXPORT_DIR/MODEL_NAME, holding integer version folders.")
 flags.DEFINE_string("host", "127.0.0.1", "Address to listen on (0.0.0.0 for every interface).")
 flags.DEFINE_integer("port", 8501, "Port to listen on; 0 = any free port (printed when ready).")
 flags.DEFINE_integer("max_batch_size", 8, "Sentences per model call; 1 turns batching off.")
@@ -26,7 +25,12 @@ flags.DEFINE_integer(
     "max_connections", 64, "Connections served at once (a thread each); more are refused (503)."
 )
 flags.DEFINE_float("poll_seconds", 5.0, "Look for a new version this often; 0 = never.")
-flags.DEFINE_float("request_timeout", 60.0, "Seconds a client may take to send its request.")
+flags.DEFINE_float(
+    "request_timeout",
+    20.0,
+    "Seconds a client has to send its whole request (headers and body); "
+    "slower or idle ones get 408 and free their connection.",
+)
 flags.DEFINE_bool("access_log", False, "Log every request to stderr.")
 flags.mark_flag_as_required("model_dir")
 
@@ -34,6 +38,7 @@ flags.mark_flag_as_required("model_dir")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.quiet_tensorflow(FLAGS["verbosity"].present)
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from t2t_lite.serving import ServerConfig, serve
@@ -55,7 +60,7 @@ def main(argv):
 
 
 def run():
-    app.run(main)
+    cli.run(main, __name__)
 
 
 if __name__ == "__main__":

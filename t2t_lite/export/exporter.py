@@ -24,7 +24,7 @@ The ids-only SavedModel has the two ids signatures, `translate_ids` also under t
 `serving_default`. Translations are the best beam; scores are log P(Y | X) divided by the
 GNMT length penalty. `output_ids` hold the generated ids (no start id), EOS, then zeros.
 Per-request beam sizes must be one of the export's `beam_sizes` (each is a branch of the
-graph, since a beam is a static dimension); alpha may be any value >= 0. A sentence's
+graph, since a beam is a static dimension); alpha must be in [0, 10]. A sentence's
 translation does not depend on the batch it comes in: each row generates at most its own
 length (EOS included) + extra_length ids, however wide the batch is padded.
 
@@ -165,7 +165,10 @@ def next_version(*model_dirs: str) -> int:
     versions = [0]
     for folder in model_dirs:
         if os.path.isdir(folder):
-            versions += [int(name) for name in os.listdir(folder) if name.isdigit()]
+            # ASCII only: str.isdigit() also takes "²", which int() rejects.
+            versions += [
+                int(name) for name in os.listdir(folder) if name.isascii() and name.isdigit()
+            ]
     return max(versions) + 1
 
 

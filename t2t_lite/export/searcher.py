@@ -5,7 +5,8 @@
 `decode_step` under `t2t_lite.decoding.beam_search`), with alpha a tensor and the beam
 chosen among a fixed set of sizes, each a branch of the graph (a beam is a static
 dimension). It checks its inputs first and fails with InvalidArgumentErrors that say what
-was wrong: too long, ids out of the vocabulary, a beam size not offered, alpha < 0.
+was wrong: too long, ids out of the vocabulary, a beam size not offered, alpha outside
+[0, 10] (`search.config.ALPHA_RANGE`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from t2t_lite.search import SearchConfig, model_beam_search
+from t2t_lite.search.config import ALPHA_RANGE
 
 
 class _Untracked:
@@ -116,6 +118,9 @@ class BeamSearcher(tf.Module):
                 message=f"input ids must be below the vocabulary size {self._source_vocab_size}",
             ),
             tf.debugging.assert_non_negative(alpha, message="alpha must be >= 0"),
+            tf.debugging.assert_less_equal(
+                alpha, ALPHA_RANGE[1], message=f"alpha must be <= {ALPHA_RANGE[1]:g}"
+            ),
         ]
 
     def _beam_search(self, input_ids, beam_size: int, alpha):

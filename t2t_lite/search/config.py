@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 METHODS = ("beam", "greedy", "sample")
+# The length-penalty exponents a search accepts: tensor2tensor uses 0 to about 2; far
+# larger values overflow float32 in the penalty and make every score -0.0.
+ALPHA_RANGE = (0.0, 10.0)
 
 
 class SearchConfigError(ValueError):
@@ -57,6 +60,8 @@ class SearchConfig:
             raise SearchConfigError(f"--beam_size must be >= 1, got {self.beam_size}")
         if self.alpha < 0:
             raise SearchConfigError(f"--alpha must be >= 0, got {self.alpha}")
+        if self.alpha > ALPHA_RANGE[1]:
+            raise SearchConfigError(f"--alpha must be <= {ALPHA_RANGE[1]:g}, got {self.alpha}")
         if self.extra_length < 1:
             raise SearchConfigError(f"--extra_length must be >= 1, got {self.extra_length}")
         if self.temperature < 0:

@@ -8,6 +8,7 @@ from t2t_lite.serving.batching import Batcher
 from t2t_lite.serving.model_store import LoadedModel, ModelStore, load_version
 from t2t_lite.serving.rest import PredictRequest, RequestError, TensorInfo, parse_predict
 from t2t_lite.serving.server import ModelServer, ServerConfig, serve
+from t2t_lite.serving.worker import WorkerFailed, WorkerModel
 
 __all__ = [
     "Batcher",
@@ -18,6 +19,8 @@ __all__ = [
     "RequestError",
     "ServerConfig",
     "TensorInfo",
+    "WorkerFailed",
+    "WorkerModel",
     "load_version",
     "parse_predict",
     "serve",

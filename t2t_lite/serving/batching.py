@@ -167,6 +167,9 @@ class Batcher:
                 return
             if batch:  # Empty when another worker took the requests first.
                 self._run_batch(batch)
+            # Let go of the batch's model while waiting: a retired version's worker ends
+            # once the last request holding it is answered.
+            batch = None
 
     def _next_batch(self) -> list | None:
         """Waits for a full batch or the oldest request's deadline (called holding the lock)."""

@@ -1,10 +1,14 @@
 """The versions of one model folder: loading the newest SavedModel and watching for new ones.
 
 The folder follows TensorFlow Serving's layout, `MODEL_DIR/<version>/saved_model.pb` with
-integer versions; other entries (such as an exporter's temporary folders) are ignored.
+versions named by ASCII digits; other entries (an exporter's temporary folders, a name
+such as `²` that Python calls a digit) are ignored, a misleading one with a logged line.
 The store serves the newest version. A watcher thread looks for newer versions every
 `poll_seconds`, loads and warms one up beside the current one, then swaps it in: a request
-holds the `LoadedModel` it started with, so none is dropped or sees half a model.
+holds the model it started with, so none is dropped or sees half a model. Each version is
+loaded in a worker process of its own (`worker.WorkerModel`), which ends once the last
+request holding it is answered, so swaps do not accumulate memory. One bad folder or one
+failed load is logged; the watcher keeps polling.
 
 Only SavedModels are loaded here; nothing of the model code is imported. TensorFlow
 Text is imported when installed so that SavedModels with its tokenizer ops load, as they
@@ -25,6 +29,7 @@ from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
 
 from t2t_lite.serving.rest import TensorInfo, parse_predict
+from t2t_lite.serving.worker import WorkerFailed, WorkerModel
 
 try:  # Registers the tokenizer ops (SentencepieceOp, ...) that text SavedModels use.
     import tensorflow_text  # noqa: F401
@@ -117,33 +122,46 @@ class ModelStore:
         log: where progress lines go.
     """
 
-    def __init__(self, model_dir: str, poll_seconds: float = 5.0, log=None):
+    def __init__(self, model_dir: str, poll_seconds: float = 5.0, log=None, pipes: int = 1):
+        self.pipes = pipes  # calls a version's worker runs at once
         self.model_dir = os.path.abspath(model_dir)
         self.name = os.path.basename(self.model_dir.rstrip(os.sep))
         self.poll_seconds = poll_seconds
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self._lock = threading.Lock()
-        self._current: LoadedModel | None = None
+        self._current: WorkerModel | None = None
         self._states: dict = {}  # version -> (state, error message)
         self._failed: dict = {}  # version -> folder fingerprint when its load failed
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._ignored: set = set()  # folder names already reported as not versions
 
     @property
-    def current(self) -> LoadedModel | None:
+    def current(self) -> WorkerModel | None:
         with self._lock:
             return self._current
 
     def versions_on_disk(self) -> list:
-        """The integer versions with a saved_model.pb, ascending."""
+        """The integer versions with a saved_model.pb, ascending.
+
+        Only names of ASCII digits are versions: `str.isdigit()` also accepts `²` or `٣`,
+        which `int()` rejects or reads as a number whose folder has another name.
+        """
         if not os.path.isdir(self.model_dir):
             return []
-        return sorted(
-            int(name)
-            for name in os.listdir(self.model_dir)
-            if name.isdigit()
-            and os.path.isfile(os.path.join(self.model_dir, name, "saved_model.pb"))
-        )
+        versions = []
+        for name in os.listdir(self.model_dir):
+            if not os.path.isfile(os.path.join(self.model_dir, name, "saved_model.pb")):
+                continue
+            if name.isascii() and name.isdigit():
+                versions.append(int(name))
+            elif name not in self._ignored:
+                self._ignored.add(name)
+                self._log(
+                    f"ignoring {os.path.join(self.model_dir, name)}: a version folder's name "
+                    "must be ASCII digits (0-9); rename it to serve it"
+                )
+        return sorted(versions)
 
     def _fingerprint(self, version: int) -> tuple:
         """(path, size, mtime) of every file of a version folder: changes as files arrive."""
@@ -158,7 +176,7 @@ class ModelStore:
                 found.append((os.path.join(root, name), stat.st_size, stat.st_mtime_ns))
         return tuple(sorted(found))
 
-    def load_newest(self) -> LoadedModel | None:
+    def load_newest(self) -> WorkerModel | None:
         """Loads the newest version if it is newer than the current one; returns it.
 
         A version that fails to load or warm up is reported and leaves the current one in
@@ -179,10 +197,11 @@ class ModelStore:
         self._set_state(version, "LOADING")
         started = time.monotonic()
         try:
-            model = load_version(os.path.join(self.model_dir, str(version)), version)
-            warmed = warm_up(model)
+            model = WorkerModel(os.path.join(self.model_dir, str(version)), version, self.pipes)
         except Exception as error:  # noqa: BLE001 - any broken version must not stop serving.
-            message = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:500]}"
+            message = str(error).strip().splitlines()[0][:500]
+            if not isinstance(error, WorkerFailed):  # Its message names the error already.
+                message = f"{type(error).__name__}: {message}"
             self._set_state(version, "FAILED", message)
             with self._lock:
                 self._failed[version] = fingerprint
@@ -195,7 +214,7 @@ class ModelStore:
                 self._states[previous.version] = ("END", "")
         self._log(
             f"loaded {self.name} version {version} in {time.monotonic() - started:.1f}s "
-            f"({warmed} warm-up requests)"
+            f"({model.warmed} warm-up requests)"
         )
         return model
 
@@ -230,9 +249,20 @@ class ModelStore:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_seconds):
-            self.load_newest()
+            try:
+                self.load_newest()
+            except Exception as error:  # noqa: BLE001 - the next poll may succeed.
+                self._log(
+                    f"looking for new versions of {self.name} failed, trying again in "
+                    f"{self.poll_seconds:g}s: {type(error).__name__}: {error}"
+                )
 
     def stop(self) -> None:
+        """Stops the watcher and ends the current version's worker."""
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join()
+        with self._lock:
+            current, self._current = self._current, None
+        if current is not None:
+            current.close()

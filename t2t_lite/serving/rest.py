@@ -26,6 +26,10 @@ import math
 import numpy as np
 
 DEFAULT_SIGNATURE = "serving_default"
+# Per-request search settings of t2t_lite's exports, bounded as the export's graph checks
+# them (t2t_lite.search.config.ALPHA_RANGE): {input name: (lowest, highest)}. Without a
+# bound, alpha 1e30 overflows float32 and every score comes back -0.0.
+OPTION_RANGES = {"alpha": (0.0, 10.0)}
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
     "int16": (-(2**15), 2**15 - 1),
@@ -195,7 +199,16 @@ def _flatten(value, rank: int) -> list:
 def _convert(item, spec: TensorInfo, where: str):
     if spec.dtype == "string":
         if isinstance(item, str):
-            return item.encode("utf-8")
+            try:
+                return item.encode("utf-8")
+            except UnicodeEncodeError as error:  # JSON's "\ud800": a lone surrogate.
+                bad = item[error.start : error.end].encode("unicode_escape").decode()
+                raise RequestError(
+                    400,
+                    f"{where} ({spec.name}): the string has the lone UTF-16 surrogate "
+                    f"{bad}, which is not text; send valid Unicode, or bytes as "
+                    '{"b64": "..."}',
+                ) from None
         if isinstance(item, dict) and set(item) == {"b64"} and isinstance(item["b64"], str):
             try:
                 return base64.b64decode(item["b64"], validate=True)
@@ -217,6 +230,12 @@ def _convert(item, spec: TensorInfo, where: str):
         raise RequestError(
             400, f"{where} ({spec.name}): expected finite numbers, got {_kind(item)}"
         )
+    if spec.name in OPTION_RANGES:
+        low, high = OPTION_RANGES[spec.name]
+        if not low <= item <= high:
+            raise RequestError(
+                400, f"{where} ({spec.name}): {item:g} is out of range; choose {low:g} to {high:g}"
+            )
     return item
 
 

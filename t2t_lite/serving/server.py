@@ -14,22 +14,25 @@ version or path, 405 wrong method, 408 request timeout, 411 no Content-Length, 4
 or rows over the limit, 500 model failure, 503 not ready or too many connections.
 
 Each connection is served by its own thread and closed after one response (HTTP/1.0),
-so no thread outlives its request. Resources are bounded: at most `max_connections`
+so no thread outlives its request. A client has `request_timeout_seconds` in all to send
+its request line, headers and body (a deadline, not a pause between bytes, so that one
+byte every few seconds does not hold a slot): past it the server answers 408 and closes. Resources are bounded: at most `max_connections`
 connections are served at once (one more is answered 503 by the accepting thread, which
 starts no thread for it); a predict request holds at most `max_request_rows` examples; a
 body over `max_body_bytes` is answered 413 from its Content-Length, before any of it is
 read, with `Connection: close`, and the connection is closed (the server then drops what
 the client still sends for at most a few seconds (`http_handler._LINGER_SECONDS`), so that the client gets to read the
 answer). `shutdown()` (SIGTERM in `serve`) stops accepting
-connections, lets queued requests run without waiting for batch company, waits for every
-request in flight to be answered, then stops.
+connections, drops the connections still sending their request (slow or idle clients),
+lets queued requests run without waiting for batch company, waits for every request in
+flight to be answered, then stops. Each version runs in a worker process (see
+`worker.py`); `batch_threads` of its calls run at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import http.server
-import json
 import os
 import re
 import signal
@@ -40,7 +43,7 @@ import threading
 import tensorflow as tf
 
 from t2t_lite.serving.batching import Batcher, ShuttingDown
-from t2t_lite.serving.http_handler import make_handler
+from t2t_lite.serving.http_handler import make_handler, raw_answer
 from t2t_lite.serving.model_store import ModelStore
 from t2t_lite.serving.rest import RequestError, encode_response, parse_predict
 
@@ -63,7 +66,7 @@ class ServerConfig:
     max_request_rows: int = 256  # examples in one predict request
     max_connections: int = 64  # connections served at once; more are answered 503
     poll_seconds: float = 5.0  # 0 = never look for new versions
-    request_timeout_seconds: float = 60.0
+    request_timeout_seconds: float = 20.0  # to send the whole request (headers and body)
     access_log: bool = False
 
 
@@ -83,16 +86,6 @@ def _resident_bytes() -> int:
         return -1
 
 
-def _refusal(status: int, reason: str, message: str) -> bytes:
-    """A complete HTTP/1.0 answer with a JSON `{"error": message}` body."""
-    data = json.dumps({"error": message}).encode("utf-8")
-    head = (
-        f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + data
-
-
 class _HTTPServer(http.server.ThreadingHTTPServer):
     """A thread per connection, at most `max_connections` of them at once.
 
@@ -108,7 +101,32 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
     def __init__(self, address, handler, max_connections: int):
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
+        self._reading: set = set()  # sockets whose request is still arriving
+        self._reading_lock = threading.Lock()
+        self._dropping = False
         super().__init__(address, handler)
+
+    def begin_reading(self, sock) -> None:
+        with self._reading_lock:
+            if self._dropping:  # Accepted just as the shutdown began.
+                sock.shutdown(socket.SHUT_RDWR)
+            self._reading.add(sock)
+
+    def end_reading(self, sock) -> bool:
+        """The request has arrived; False if the shutdown dropped the connection first."""
+        with self._reading_lock:
+            self._reading.discard(sock)
+            return not self._dropping
+
+    def drop_readers(self) -> None:
+        """Ends every connection still sending its request: its read sees end-of-file."""
+        with self._reading_lock:
+            self._dropping = True
+            for sock in self._reading:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # Already gone.
+                    pass
 
     def process_request(self, request, client_address):
         if not self._slots.acquire(blocking=False):
@@ -133,7 +151,7 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
         )
         try:
             request.settimeout(1.0)
-            request.sendall(_refusal(503, "Service Unavailable", message))
+            request.sendall(raw_answer(503, "Service Unavailable", message))
             request.shutdown(socket.SHUT_WR)
             request.setblocking(False)
             for _ in range(16):  # What already arrived, so that closing sends no reset.
@@ -157,7 +175,8 @@ class ModelServer:
     def __init__(self, model_dir: str, config: ServerConfig = ServerConfig(), log=None):
         self.config = config
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.store = ModelStore(model_dir, config.poll_seconds, self._log)
+        pipes = max(1, config.batch_threads)  # calls a version's worker runs side by side
+        self.store = ModelStore(model_dir, config.poll_seconds, self._log, pipes)
         self.batcher = Batcher(
             config.max_batch_size, config.batch_wait_ms / 1000.0, config.batch_threads
         )
@@ -199,9 +218,10 @@ class ModelServer:
         return model.version
 
     def shutdown(self) -> None:
-        """Stops accepting, answers every request in flight, stops the workers."""
+        """Stops accepting, drops clients still sending, answers requests in flight, stops."""
         self._stopping = True
         self._httpd.shutdown()
+        self._httpd.drop_readers()
         self.batcher.flush()
         self._httpd.server_close()  # Joins the request threads.
         self.batcher.close()
@@ -216,7 +236,8 @@ class ModelServer:
             "version": current.version if current else None,
             "batching": self.batcher.stats(),
             "threads": threading.active_count(),
-            "resident_bytes": _resident_bytes(),
+            # The server's and the served version's worker's.
+            "resident_bytes": _resident_bytes() + (current.resident_bytes() if current else 0),
         }
         return (200 if status == "ok" else 503), payload
 
@@ -268,6 +289,14 @@ class ModelServer:
 
     def _route(self, path: str) -> tuple:
         path = path.split("?", 1)[0]
+        if not path.isascii():
+            # http.server decodes the request line as Latin-1: one char per raw byte.
+            byte = next(ord(c) for c in path if ord(c) > 127)
+            raise RequestError(
+                400,
+                f"the request path {path!r} has the non-ASCII byte 0x{byte:02x}; "
+                "percent-encode it (a version is ASCII digits)",
+            )
         match = _MODEL_PATH.match(path)
         if not match:
             raise RequestError(404, f"no such path {path!r}; see /v1/models/{self.name}")
