@@ -41,7 +41,14 @@ setup(
         "numpy>=1.26",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "ruff>=0.6"],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",
+            "ruff>=0.6",
+            "ctranslate2>=4.5,<5",
+        ],
+        "ctranslate2": ["ctranslate2>=4.5,<5"],
     },
     entry_points={
         "console_scripts": [
