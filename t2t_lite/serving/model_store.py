@@ -145,12 +145,16 @@ class ModelStore:
         """The integer versions with a saved_model.pb, ascending.
 
         Only names of ASCII digits are versions: `str.isdigit()` also accepts `²` or `٣`,
-        which `int()` rejects or reads as a number whose folder has another name.
+        which `int()` rejects or reads as a number whose folder has another name. Hidden
+        folders are exports being written (the exporter's `.tmp-VERSION-PID`), passed over
+        without a word.
         """
         if not os.path.isdir(self.model_dir):
             return []
         versions = []
         for name in os.listdir(self.model_dir):
+            if name.startswith("."):
+                continue
             if not os.path.isfile(os.path.join(self.model_dir, name, "saved_model.pb")):
                 continue
             if name.isascii() and name.isdigit():

@@ -175,7 +175,10 @@ class ModelServer:
     def __init__(self, model_dir: str, config: ServerConfig = ServerConfig(), log=None):
         self.config = config
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        pipes = max(1, config.batch_threads)  # calls a version's worker runs side by side
+        # Calls a version's worker runs side by side: one per batch thread, or, with batching
+        # off, one per connection, since each request then calls the model from its own thread.
+        batching = config.max_batch_size > 1
+        pipes = max(1, config.batch_threads if batching else config.max_connections)
         self.store = ModelStore(model_dir, config.poll_seconds, self._log, pipes)
         self.batcher = Batcher(
             config.max_batch_size, config.batch_wait_ms / 1000.0, config.batch_threads
