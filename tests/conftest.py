@@ -71,7 +71,13 @@ _LONGEST_FIRST = (
     "test_export.py",
     "test_decoder.py",
     "test_parsing_decode.py",
+    "test_commands.py",
+    "test_serving.py",
+    "test_datagen.py",
+    "test_serving_faults.py",
+    "test_training_faults.py",
     "test_averaging.py",
+    "test_ctranslate2.py",
     "test_benchmark_train.py",
 )
 
