@@ -3,8 +3,12 @@
 Datagen's main process reads the corpus and writes the shards; worker processes turn
 chunks of text pairs into serialized `tf.train.Example` bytes (SentencePiece ids, EOS
 appended) and, once a split is written, shuffle and hash its shards. The workers are
-forked once the vocabulary is loaded, so they start with it and import nothing anew;
-they never run TensorFlow ops (protocol buffers only), which keeps the fork safe.
+forked once the vocabulary is loaded, so they start with it and import nothing anew.
+They never run TensorFlow ops (protocol buffers only), and they freeze the objects they
+inherit from the garbage collector at once: TensorFlow objects the parent left for
+collection would otherwise be finalised in the fork, where TensorFlow's runtime is not
+usable (a segmentation fault). A worker that dies (killed, out of memory) stops datagen
+with an error that says so, rather than leaving it waiting for its result.
 
 Results come back in submission order and only a few chunks are in flight at once, so
 the output does not depend on the number of workers and memory does not grow with
@@ -14,7 +18,9 @@ parallel path is tested against.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import gc
 import hashlib
 import math
 import multiprocessing
@@ -125,10 +131,16 @@ def serialize(inputs: list, targets: list) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
-def _ignore_interrupt() -> None:
+def _start_worker() -> None:
+    # Objects inherited from the parent are never collected here (see the module's doc).
+    gc.freeze()
     # Ctrl-C reaches the whole process group: the main process stops the pool, and the
     # workers print no tracebacks of their own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without returning its result."""
 
 
 class Workers:
@@ -145,15 +157,21 @@ class Workers:
     def __enter__(self) -> Workers:
         _load(self._model_path)  # for the calling process (workers=1) and for the forks
         if self.count > 1:
-            self._pool = multiprocessing.get_context("fork").Pool(self.count, _ignore_interrupt)
+            gc.collect()  # The parent's own garbage goes here, where TensorFlow still works.
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                self.count, multiprocessing.get_context("fork"), initializer=_start_worker
+            )
         return self
 
     def __exit__(self, *exc) -> None:
         global _encoder
         _encoder = None
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
+        if self._pool is None:
+            return
+        if exc[0] is not None:  # Interrupted or failed: running tasks are not waited for.
+            for process in list(self._pool._processes.values()):
+                process.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def map(self, function, items):
         """Yields `function(item)` for each of `items`, in order, a few items ahead."""
@@ -161,12 +179,19 @@ class Workers:
             yield from map(function, items)
             return
         pending = deque()
-        for item in items:
-            pending.append(self._pool.apply_async(function, (item,)))
-            if len(pending) >= 2 * self.count + 2:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        try:
+            for item in items:
+                pending.append(self._pool.submit(function, item))
+                if len(pending) >= 2 * self.count + 2:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except concurrent.futures.process.BrokenProcessPool:
+            raise WorkerDied(
+                f"a datagen worker process ended abruptly while running {function.__name__} "
+                "(killed, out of memory, or crashed); nothing was published. Rerun datagen; "
+                "if it recurs, pass --workers=1 to work in one process and see the failure."
+            ) from None
 
 
 def chunks(pairs, size: int = CHUNK):

@@ -32,6 +32,12 @@ flags.DEFINE_string(
     "Where TensorFlow Datasets keeps downloads and prepared data (TFDS source only); "
     "default: TFDS's own (~/tensorflow_datasets).",
 )  # fmt: skip
+flags.DEFINE_integer(
+    "workers", None,
+    "Processes that encode, shuffle and hash the examples; default: one per CPU. "
+    "1 does all the work in this process.",
+    lower_bound=1,
+)  # fmt: skip
 flags.DEFINE_bool(
     "registry_help", False, "Print the registered problems and hparams sets, then exit."
 )
@@ -50,18 +56,21 @@ def main(argv):
             "lists them) or module:ClassName"
         )
     from t2t_lite import problems
+    from t2t_lite.problems.encoding import WorkerDied
 
     options = {}
     if FLAGS.vocab_size is not None:
         options["vocab_size"] = FLAGS.vocab_size
     if FLAGS.source != "auto":
         options["source"] = FLAGS.source
+    if FLAGS.workers is not None:
+        options["workers"] = FLAGS.workers
     if FLAGS.tfds_data_dir is not None:
         options["tfds_data_dir"] = FLAGS.tfds_data_dir
     try:
         problem = problems.get(FLAGS.problem)
         metadata = problem.generate_data(FLAGS.data_dir, FLAGS.raw_dir, **options)
-    except ValueError as error:
+    except (ValueError, WorkerDied) as error:
         sys.exit(f"t2t_lite.datagen: {error}")
     print(f"{problem.name}: {metadata.get('status', 'done')}")
     for split, counts in sorted(metadata.get("splits", {}).items()):

@@ -21,6 +21,7 @@ from t2t_lite.problems.corpus import count_lines, read_lines
 from t2t_lite.problems.problem import Problem
 from t2t_lite.problems.progress import Progress
 from t2t_lite.problems.translate import TranslateProblem
+from t2t_lite.problems.vocab import train_sentencepiece
 
 
 def run_datagen(*flags, env=None) -> subprocess.CompletedProcess:
@@ -445,3 +446,58 @@ def test_progress_lines_come_while_a_stage_runs(tmp_path, news_raw, caplog):
         f"datagen: encoding train: {pairs:,} / {pairs:,} pairs (100%)"
     )
     assert encoding_lines[3].startswith("datagen: encoding train: done in ")
+
+
+def _small_vocab(tmp_path, news_raw) -> str:
+    path = str(tmp_path / "vocab.model")
+    train_sentencepiece(
+        (text for _, text in read_lines(str(news_raw / "newstest2010.en"))), path, 400
+    )
+    return path
+
+
+def _kill_self(item):
+    os.kill(os.getpid(), 9)
+
+
+def test_a_worker_that_dies_stops_datagen_with_an_error_that_says_so(tmp_path, news_raw):
+    with encoding.Workers(_small_vocab(tmp_path, news_raw), 2) as pool:
+        with pytest.raises(encoding.WorkerDied, match="--workers=1"):
+            list(pool.map(_kill_self, range(3)))
+
+
+class _Finalised:
+    """Appends the pid of the process that finalises it to `path`."""
+
+    def __init__(self, path):
+        self.path = path
+        self.cycle = self
+
+    def __del__(self):
+        with open(self.path, "a") as file:
+            file.write(f"{os.getpid()}\n")
+
+
+def _collect(item):
+    import gc
+
+    gc.collect()
+    return os.getpid()
+
+
+def test_workers_never_finalise_what_the_parent_left_for_collection(tmp_path, news_raw):
+    # TensorFlow objects finalised in a fork crash it; any object stands for them here.
+    import gc
+
+    vocab = _small_vocab(tmp_path, news_raw)
+    marks = tmp_path / "finalised"
+    gc.disable()
+    try:
+        with encoding.Workers(vocab, 2) as pool:
+            _Finalised(str(marks))  # Garbage (a cycle) when the workers are forked.
+            worker_pids = set(pool.map(_collect, range(8)))
+        gc.collect()
+    finally:
+        gc.enable()
+    assert os.getpid() not in worker_pids
+    assert marks.read_text().split() == [str(os.getpid())]
