@@ -302,17 +302,43 @@ def _feed(constraint, inputs, tokens):
     return None
 
 
+def _feed_rows(constraint, examples):
+    """`_feed` of every (inputs, targets) at once, as rows of one batch (as a search runs)."""
+    import tensorflow as tf
+
+    from t2t_lite.search import pad_batch
+
+    inputs = pad_batch([i[:-1] for i, _ in examples])  # the same EOS-terminated rows
+    lengths = [len(i) + 300 for i, _ in examples]
+    c = constraint(tf.constant(inputs), tf.constant(lengths))
+    state = c.initial_state()
+    refused = [None] * len(examples)
+    for step in range(max(len(t) for _, t in examples)):
+        allowed = c.allowed(state, tf.constant(step)).numpy()
+        tokens = []
+        for row, (_, targets) in enumerate(examples):
+            if step < len(targets):
+                if refused[row] is None and not allowed[row, targets[step]]:
+                    refused[row] = step
+                tokens.append(targets[step])
+            else:
+                tokens.append(0)  # padding after EOS, as the search feeds finished rows
+        state = c.update(state, tf.constant(tokens))
+    return refused
+
+
 def test_every_gold_tree_passes_its_search_constraint_and_broken_ones_do_not(generated):
     problem, data_dir, _ = generated
     brackets, examples = _brackets_and_copies(problem, data_dir)
     constraint = problem.search_constraint(data_dir)
-    for inputs, targets in examples:
-        assert _feed(constraint, inputs, targets) is None
+    assert all(inputs[-1] == 1 for inputs, _ in examples)
+    assert _feed_rows(constraint, examples) == [None] * len(examples)
     inputs, targets = examples[0]
     first_word = next(i for i, t in enumerate(targets) if t not in brackets)
     assert inputs[1] != inputs[0]
     skipped = targets[:first_word] + [inputs[1]] + targets[first_word + 1 :]
     assert _feed(constraint, inputs, skipped) == first_word  # the second piece first
+    assert _feed_rows(constraint, examples[1:4] + [(inputs, skipped)]) == [None] * 3 + [first_word]
     close = next(i for i, t in enumerate(targets) if t in brackets and i > first_word)
     assert _feed(constraint, inputs, targets[:close] + [1]) == close  # EOS with brackets open
 
@@ -334,6 +360,6 @@ def test_placeholder_targets_pass_their_constraint_too(tmp_path, shared_data):
     for inputs, targets in examples[:40]:
         words = len(encoder.decode(inputs).split())
         assert [t for t in targets if t not in brackets] == [placeholder] * words + [1]
-        assert _feed(constraint, inputs, targets) is None
+    assert _feed_rows(constraint, examples[:40]) == [None] * 40
     inputs, targets = examples[0]
     assert _feed(constraint, inputs, targets[:-2] + [placeholder, *targets[-2:]]) is not None
