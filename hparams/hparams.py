@@ -91,6 +91,11 @@ class HParams:
         )
         return {name: getattr(self, name) for name in names}
 
+    def model_changes(self, other: HParams) -> list:
+        """(name, ours, theirs) of every model field where `other` differs."""
+        ours, theirs = self.model_fields(), other.model_fields()
+        return [(name, ours[name], theirs[name]) for name in ours if ours[name] != theirs[name]]
+
 
 def _valid_keys(types: dict) -> str:
     """'key (type), key (type), ...' for every field, sorted by key."""

@@ -66,25 +66,26 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)
     from t2t_lite.export import export_from_run
 
+    # What both formats take: the run, where the export goes, and the search defaults.
+    common = dict(
+        checkpoint_path=FLAGS.checkpoint_path,
+        hparams_set=FLAGS.hparams_set or None,
+        overrides=FLAGS.hparams,
+        beam_size=FLAGS.beam_size,
+        alpha=FLAGS.alpha,
+        extra_length=FLAGS.extra_length,
+    )
+    where = (FLAGS.problem, FLAGS.data_dir, FLAGS.output_dir, FLAGS.export_dir, FLAGS.model_name)
     if FLAGS.format == "ctranslate2":
-        _export_ctranslate2()
+        _export_ctranslate2(where, common)
         return
     try:
         result = export_from_run(
-            FLAGS.problem,
-            FLAGS.data_dir,
-            FLAGS.output_dir,
-            FLAGS.export_dir,
-            FLAGS.model_name,
-            checkpoint_path=FLAGS.checkpoint_path,
-            hparams_set=FLAGS.hparams_set or None,
-            overrides=FLAGS.hparams,
+            *where,
             ids_model_name=FLAGS.ids_model_name,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            extra_length=FLAGS.extra_length,
             beam_sizes=tuple(int(size) for size in FLAGS.beam_sizes),
             max_input_length=FLAGS.max_input_length,
+            **common,
         )
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError
         sys.exit(f"t2t_lite.exporter: {error}")
@@ -93,24 +94,11 @@ def main(argv):
         print(f"ids-only SavedModel (core TensorFlow ops): {result.ids_dir}")
 
 
-def _export_ctranslate2():
+def _export_ctranslate2(where: tuple, common: dict):
     from t2t_lite.export.ctranslate2_export import export_ctranslate2_from_run
 
     try:
-        result = export_ctranslate2_from_run(
-            FLAGS.problem,
-            FLAGS.data_dir,
-            FLAGS.output_dir,
-            FLAGS.export_dir,
-            FLAGS.model_name,
-            checkpoint_path=FLAGS.checkpoint_path,
-            hparams_set=FLAGS.hparams_set or None,
-            overrides=FLAGS.hparams,
-            quantization=FLAGS.quantization,
-            beam_size=FLAGS.beam_size,
-            alpha=FLAGS.alpha,
-            extra_length=FLAGS.extra_length,
-        )
+        result = export_ctranslate2_from_run(*where, quantization=FLAGS.quantization, **common)
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError
         sys.exit(f"t2t_lite.exporter: {error}")
     print(f"exported version {result.version} (CTranslate2): {result.text_dir}")

@@ -41,8 +41,7 @@ def resolve_hparams(output_dir: str, hparams_set: str | None, overrides: str = "
     if hparams_set:
         asked = hparams_lib.override(hparams_lib.get(hparams_set), overrides)
         if saved is not None:
-            before, now = saved.model_fields(), asked.model_fields()
-            changed = [f"{k}={before[k]} (asked {now[k]})" for k in now if before[k] != now[k]]
+            changed = [f"{k}={b} (asked {a})" for k, b, a in saved.model_changes(asked)]
             if changed:
                 raise RestoreError(
                     f"{output_dir} was trained with other model hparams: {', '.join(changed)}; "
