@@ -2,9 +2,14 @@
 
 From a file: `--decode_from_file=IN [--decode_to_file=OUT] [--reference_file=REF]` writes one
 line per input line, in input order, and with a reference prints and saves sacreBLEU (with its
-signature) and the paper's tokenized BLEU. Interactively: `--decode_interactive` reads lines
-from stdin and answers each on stdout. Search settings default to the problem's (the paper's
-beam 4, alpha 0.6, input length + 50).
+signature) and the paper's tokenized BLEU; `--output_format=jsonl` writes one JSON object per
+line instead, with the hypotheses' scores and token counts. Interactively: `--decode_interactive`
+reads lines from stdin and answers each on stdout. Search settings default to the problem's
+(the paper's beam 4, alpha 0.6, input length + 50).
+
+Scoring (forced decoding): `--decode_from_file=SOURCES --score_file=TARGETS [--decode_to_file=OUT]`
+writes, per line pair, log P(target + EOS | source), its per-token terms and the length-normalised
+score as JSON lines (docs/decoding.md).
 """
 
 import sys
@@ -28,13 +33,14 @@ cli.define_folder(
 )
 cli.define_folder("output_dir", None, "The training run: hparams.json and checkpoints.")
 flags.DEFINE_string(
-    "checkpoint_path", None, "A checkpoint prefix or folder (e.g. OUTPUT_DIR/averaged); "
+    "checkpoint_path", None, "A checkpoint prefix or folder (e.g. OUTPUT_DIR/averaged or OUTPUT_DIR/best); "
     "default: the newest checkpoint of --output_dir."
 )  # fmt: skip
 flags.DEFINE_string("decode_from_file", None, "Input text, one sentence per line.")
 flags.DEFINE_string(
-    "decode_to_file", None, "Output file; default OUTPUT_DIR/decode/<input>.<method>.decodes."
-)
+    "decode_to_file", None, "Output file; default OUTPUT_DIR/decode/<input>.<method>.decodes "
+    "(.decodes.jsonl with --output_format=jsonl, <input>.scores.jsonl with --score_file)."
+)  # fmt: skip
 flags.DEFINE_string(
     "reference_file", None, "References aligned with the input: score the output and write "
     "<decode_to_file>.<metric>.json."
@@ -52,8 +58,18 @@ flags.DEFINE_integer("top_k", 0, "Sample among the k most probable tokens; 0 = a
 flags.DEFINE_integer("seed", None, "Sampling seed, for reproducible samples.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch (batches group similar lengths).")
 flags.DEFINE_bool(
-    "return_beams", False, "Write all beam hypotheses, best first, tab-separated on each line."
-)
+    "return_beams", False, "Write all beam hypotheses, best first, tab-separated on each line "
+    "(with --output_format=jsonl, all of them in each line's object)."
+)  # fmt: skip
+flags.DEFINE_enum(
+    "output_format", "text", ["text", "jsonl"], "text: one output line per input line; jsonl: "
+    "one JSON object per input line with the hypotheses, their scores and token counts."
+)  # fmt: skip
+flags.DEFINE_string(
+    "score_file", None, "Targets aligned line by line with --decode_from_file: instead of "
+    "decoding, write each pair's log-probability under the model as JSON lines "
+    "(default OUTPUT_DIR/decode/<input>.scores.jsonl)."
+)  # fmt: skip
 flags.DEFINE_enum(
     "engine", "tensorflow", ["tensorflow", "ctranslate2"], "tensorflow: restore the checkpoint; "
     "ctranslate2: decode with the CTranslate2 export at --ct2_model (docs/export.md)."
@@ -70,9 +86,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     if bool(FLAGS.decode_from_file) == FLAGS.decode_interactive:
         raise app.UsageError("pass exactly one of --decode_from_file and --decode_interactive")
+    if FLAGS.score_file:
+        _check_scoring_flags()
     cli.quiet_tensorflow(FLAGS["verbosity"].present)
     from t2t_lite import problems
-    from t2t_lite.inference import decode
+    from t2t_lite.inference import decode, scoring
     from t2t_lite.runs import load_trained_model
     from t2t_lite.search import SearchConfig
 
@@ -107,18 +125,46 @@ def main(argv):
             config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
             decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
         trained, config = decoder.trained, decoder.config
+        if FLAGS.score_file:
+            printer(f"scoring with {trained.checkpoint_path}: alpha {config.alpha:g}")
+            output = FLAGS.decode_to_file or scoring.default_scores_path(
+                FLAGS.output_dir, FLAGS.decode_from_file
+            )
+            scoring.score_file(decoder, FLAGS.decode_from_file, FLAGS.score_file, output)
+            return
         printer(f"decoding with {trained.checkpoint_path}: {config}")
         if FLAGS.decode_interactive:
-            decode.interactive(decoder, return_beams=FLAGS.return_beams)
+            decode.interactive(
+                decoder, return_beams=FLAGS.return_beams, output_format=FLAGS.output_format
+            )
             return
         output = FLAGS.decode_to_file or decode.default_output_path(
-            FLAGS.output_dir, FLAGS.decode_from_file, config
+            FLAGS.output_dir, FLAGS.decode_from_file, config, FLAGS.output_format
         )
         decode.decode_file(
-            decoder, FLAGS.decode_from_file, output, FLAGS.reference_file, FLAGS.return_beams
+            decoder,
+            FLAGS.decode_from_file,
+            output,
+            FLAGS.reference_file,
+            FLAGS.return_beams,
+            FLAGS.output_format,
         )
     except (ValueError, OSError) as error:
         sys.exit(f"t2t_lite.decoder: {error}")
+
+
+def _check_scoring_flags():
+    """Refuses flags that have no meaning when scoring, before anything loads."""
+    if FLAGS.decode_interactive:
+        raise app.UsageError("--score_file scores --decode_from_file; drop --decode_interactive")
+    for name in ("reference_file", "return_beams"):
+        if FLAGS[name].value:
+            raise app.UsageError(f"--{name} is for decoding; drop it with --score_file")
+    if FLAGS.engine != "tensorflow":
+        sys.exit(
+            f"t2t_lite.decoder: scoring (--score_file) needs --engine=tensorflow (the "
+            f"restored checkpoint), not --engine={FLAGS.engine}"
+        )
 
 
 def _ctranslate2_decoder(search: dict, printer):

@@ -10,7 +10,9 @@ the model, so the output stays aligned with the input line for line.
 
 Output format: one line per input line, the best hypothesis; with `return_beams`, the
 beam's K hypotheses best first, separated by tabs (always K fields: a beam slot that no
-hypothesis filled is empty). What is written for a hypothesis is the problem's
+hypothesis filled is empty). With `output_format="jsonl"`, one JSON object per input line
+instead (`output_records`): the hypotheses (the best, or all with `return_beams`) with
+their search scores and token counts. What is written for a hypothesis is the problem's
 (`problem.outputs`: the text as decoded, or for parsing a tree over the input's words), and
 so are the scores of a reference file (`problem.score`, `problem.format_scores`): the
 decodes written are the ones scored.
@@ -31,6 +33,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from t2t_lite.ids import EOS_ID
+from t2t_lite.inference.outputs import (
+    check_format,
+    formatted,
+    json_line,
+    output_lines,
+    output_records,
+)
 from t2t_lite.inference.text_files import DecodeError, one_line, read_lines, write_lines
 from t2t_lite.metrics import write_scores_json
 from t2t_lite.runs.progress import format_duration
@@ -52,6 +62,9 @@ class DecodeResult:
         warnings: one message per line that was cut or looks like an unexpected script.
         target_tokens: generated tokens of the best hypotheses (EOS not counted).
         seconds: wall time spent decoding.
+        num_tokens: per line, the K hypotheses' lengths as their length penalty counts
+            them (EOS included when they end with it); 0 for a slot no hypothesis filled,
+            empty for empty lines.
     """
 
     beams: list
@@ -59,6 +72,7 @@ class DecodeResult:
     warnings: list
     target_tokens: int
     seconds: float
+    num_tokens: list = dataclasses.field(default_factory=list)
 
     @property
     def best(self) -> list:
@@ -66,11 +80,20 @@ class DecodeResult:
         return [beams[0] for beams in self.beams]
 
 
-class _Progress:
-    """Prints decoded sentences, sentences/s, target tokens/s and the ETA every `every` s."""
+class Progress:
+    """Prints items done (e.g. decoded sentences), items/s, target tokens/s and the ETA
+    every `every` s."""
 
-    def __init__(self, total: int, printer: Callable, every: float):
+    def __init__(
+        self,
+        total: int,
+        printer: Callable,
+        every: float,
+        done_word: str = "decoded",
+        unit: str = "sentences",
+    ):
         self.total, self.printer, self.every = total, printer, every
+        self.done_word, self.unit = done_word, unit
         self.start = self.last = time.monotonic()
         self.done = self.tokens = 0
 
@@ -87,7 +110,8 @@ class _Progress:
         rate = self.done / elapsed
         left = (self.total - self.done) / rate if rate > 0 else 0.0
         return (
-            f"decoded {self.done:,}/{self.total:,} sentences | {rate:.2f} sentences/s | "
+            f"{self.done_word} {self.done:,}/{self.total:,} {self.unit} | "
+            f"{rate:.2f} {self.unit}/s | "
             f"{self.tokens / elapsed:,.1f} tokens/s | ETA {format_duration(left)}"
         )
 
@@ -193,8 +217,9 @@ class Decoder:
         width = self.config.width
         beams = [[""] * width for _ in lines]
         scores = [[] for _ in lines]
+        lengths = [[] for _ in lines]
         present = [index for index, ids in enumerate(encoded) if ids is not None]
-        progress = _Progress(len(present), self.printer, self.report_every)
+        progress = Progress(len(present), self.printer, self.report_every)
         start, tokens = time.monotonic(), 0
         for batch in length_batches([len(encoded[index]) for index in present], self.batch_size):
             rows = [present[position] for position in batch]
@@ -206,10 +231,20 @@ class Decoder:
                 batch_tokens += len(hypotheses[0])
                 beams[index] = [self.target_encoder.decode(h) for h in hypotheses]
                 scores[index] = [float(score) for score in batch_scores[row]]
+                lengths[index] = [_num_tokens(hypothesis) for hypothesis in ids[row]]
             tokens += batch_tokens
             if show_progress:
                 progress.add(len(rows), batch_tokens)
-        return DecodeResult(beams, scores, warnings, tokens, time.monotonic() - start)
+        seconds = time.monotonic() - start
+        return DecodeResult(beams, scores, warnings, tokens, seconds, lengths)
+
+
+def _num_tokens(row) -> int:
+    """Length of a hypothesis [L] (column 0 the start id) as its length penalty counts it:
+    its generated tokens, with the EOS that ends it."""
+    generated = np.asarray(row)[1:]
+    count = len(strip_ids(row))
+    return count + int(count < len(generated) and generated[count] == EOS_ID)
 
 
 def _byte_fallback_ids(encoder) -> frozenset:
@@ -227,49 +262,29 @@ def _byte_fallback_ids(encoder) -> frozenset:
     )
 
 
-def output_lines(
-    problem,
-    result: DecodeResult,
-    inputs: Sequence[str],
-    return_beams: bool = False,
-    references: Sequence[str] | None = None,
-) -> list:
-    """The lines to write: per input line, the problem's `outputs` of its best hypothesis,
-    or of all K tab-separated with `return_beams`.
-
-    Line breaks (and, between beams, tabs) inside an output become spaces, so one input
-    line always gives exactly one output line.
-    """
-    lines = []
-    for index, (beams, text) in enumerate(zip(result.beams, inputs, strict=True)):
-        reference = references[index] if references is not None else None
-        outputs = problem.outputs(beams if return_beams else beams[:1], text, reference)
-        if return_beams:
-            lines.append("\t".join(one_line(output).replace("\t", " ") for output in outputs))
-        else:
-            lines.append(one_line(outputs[0]))
-    return lines
-
-
 def decode_file(
     decoder: Decoder,
     input_path: str,
     output_path: str,
     reference_path: str | None = None,
     return_beams: bool = False,
+    output_format: str = "text",
 ) -> dict:
     """Decodes `input_path` into `output_path` and, with references, scores it.
 
-    The scores go to `<output_path>.<metric>.json` with the search settings, checkpoint
-    and files they came from.
+    `output_format` "text" writes `output_lines`, "jsonl" `output_records` (one JSON
+    object per line). The scores go to `<output_path>.<metric>.json` with the search
+    settings, checkpoint and files they came from.
 
     Returns:
         {"sentences", "sentences_per_sec", "tokens_per_sec", "warnings",
          "output", and with references "scores" (the JSON's content) and "scores_file"}.
 
     Raises:
-        DecodeError: unreadable input or reference, or a reference of another length.
+        DecodeError: unreadable input or reference, a reference of another length, or an
+            unknown `output_format`.
     """
+    check_format(output_format)
     lines = read_lines(input_path)
     references = read_lines(reference_path) if reference_path else None
     if references is not None:
@@ -284,7 +299,10 @@ def decode_file(
             raise DecodeError(str(error)) from None
     write_lines(output_path, [])  # Fails now, not after decoding, if it cannot be written.
     result = decoder.translate(lines, source=input_path, show_progress=True)
-    write_lines(output_path, output_lines(decoder.problem, result, lines, return_beams, references))
+    write_lines(
+        output_path,
+        formatted(decoder.problem, result, lines, return_beams, references, output_format),
+    )
     seconds = max(result.seconds, 1e-9)
     summary = {
         "sentences": len(lines),
@@ -317,12 +335,21 @@ def decode_file(
     return summary
 
 
-def interactive(decoder: Decoder, stdin=None, stdout=None, return_beams: bool = False) -> int:
+def interactive(
+    decoder: Decoder,
+    stdin=None,
+    stdout=None,
+    return_beams: bool = False,
+    output_format: str = "text",
+) -> int:
     """Decodes each line read from `stdin` as soon as it arrives; returns the lines decoded.
 
-    Prints one output line per input line on `stdout` (the same format as files); errors
-    about a line go to stderr and decoding continues. A prompt is shown on a terminal.
+    Prints one output line per input line on `stdout` (the same format as files; a JSON
+    object's "line" counts stdin's lines); errors about a line go to stderr and decoding
+    continues (an empty line; in jsonl, no hypotheses and the "error"). A prompt is shown
+    on a terminal.
     """
+    check_format(output_format)
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     prompt = stdin.isatty()
@@ -339,15 +366,27 @@ def interactive(decoder: Decoder, stdin=None, stdout=None, return_beams: bool = 
             result = decoder.translate([text], source="stdin", first_line=count)
         except DecodeError as error:
             print(f"error: {error}", file=sys.stderr, flush=True)
+            if output_format == "jsonl":
+                failed = {"line": count, "source": text, "hypotheses": [], "error": str(error)}
+                stdout.write(json_line(failed))
             stdout.write("\n")
         else:
-            stdout.write(one_line(output_lines(decoder.problem, result, [text], return_beams)[0]))
+            if output_format == "jsonl":
+                record = output_records(decoder.problem, result, [text], return_beams)[0]
+                stdout.write(json_line({**record, "line": count}))
+            else:
+                stdout.write(
+                    one_line(output_lines(decoder.problem, result, [text], return_beams)[0])
+                )
             stdout.write("\n")
         stdout.flush()
 
 
-def default_output_path(output_dir: str, input_path: str, config: SearchConfig) -> str:
-    """OUTPUT_DIR/decode/<input name>.<method>[<beam>].decodes."""
+def default_output_path(
+    output_dir: str, input_path: str, config: SearchConfig, output_format: str = "text"
+) -> str:
+    """OUTPUT_DIR/decode/<input name>.<method>[<beam>].decodes[.jsonl]."""
     method = f"beam{config.beam_size}" if config.method == "beam" else config.method
     name = os.path.basename(input_path) or "input"
-    return os.path.join(output_dir or ".", "decode", f"{name}.{method}.decodes")
+    suffix = ".jsonl" if output_format == "jsonl" else ""
+    return os.path.join(output_dir or ".", "decode", f"{name}.{method}.decodes{suffix}")
