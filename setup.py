@@ -39,6 +39,7 @@ setup(
         "absl-py>=2.1,<3",
         "tensorboard>=2.21,<2.22",
         "numpy>=1.26",
+        "matplotlib>=3.8",
     ],
     extras_require={
         "test": [
@@ -59,6 +60,7 @@ setup(
             "t2t-exporter=t2t_lite.exporter:run",
             "t2t-serve=t2t_lite.serve:run",
             "t2t-evalb=t2t_lite.evalb:run",
+            "t2t-attention=t2t_lite.attention:run",
         ],
     },
 )

@@ -25,6 +25,7 @@ from test_decoding_model import trained_reverse_run
 
 from t2t_lite import hparams, problems
 from t2t_lite.inference import DecodeError, Decoder, decode, decode_file, read_lines
+from t2t_lite.inference.outputs import output_lines
 from t2t_lite.runs import RestoreError, load_trained_model
 from t2t_lite.search import SearchConfig, length_batches
 from t2t_lite.training import bleu_eval, trainer
@@ -352,13 +353,16 @@ def test_reference_file_prints_and_saves_both_labelled_bleu_scores(
 
 
 def summaries(folder) -> dict:
-    """{tag: [(step, value)]}: scalars as floats, text summaries as lists of str."""
+    """{tag: [(step, value)]}: scalars as floats, text summaries as lists of str, images
+    as [width, height, PNG bytes...] (bytes)."""
     found = {}
     for path in glob.glob(os.path.join(folder, "events.out.tfevents.*")):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 array = tf.make_ndarray(value.tensor)
-                if array.dtype == object:
+                if value.metadata.plugin_data.plugin_name == "images":
+                    item = list(array.ravel())
+                elif array.dtype == object:
                     item = [text.decode("utf-8") for text in array.ravel()]
                 else:
                     item = float(array)
@@ -372,6 +376,11 @@ def test_trainer_logs_sacrebleu_and_samples_on_a_bleu_problem(multi30k_run, shar
     logged = summaries(output_dir / "eval")
     assert [step for step, _ in logged["eval/bleu"]] == [2, 4]
     assert [step for step, _ in logged["eval/samples"]] == [2, 4]
+    # The attention picture of the first dev example, at every evaluation, is a real PNG.
+    pictures = logged["eval/attention/encoder_decoder_last_layer"]
+    assert [step for step, _ in pictures] == [2, 4]
+    width, height, png = pictures[-1][1]
+    assert png.startswith(b"\x89PNG") and int(width) > 100 and int(height) > 100
     # The table lists every BLEU so far, so the first evaluations read without a chart.
     table = logged["eval/bleu_table"][-1][1][0]
     bleus = [float(row.split("|")[2]) for row in table.splitlines() if row.startswith("| 2 ")]
@@ -482,9 +491,9 @@ def test_output_lines_never_break_line_alignment(tmp_path):
         seconds=1.0,
     )
     problem, inputs = problems.get("algorithmic_reverse"), ["1", "", "2"]
-    lines = decode.output_lines(problem, result, inputs)
+    lines = output_lines(problem, result, inputs)
     assert lines == ["a b c", "", "x y"]
-    assert decode.output_lines(problem, result, inputs, True) == ["a b c\td e", "\t", "x y\tz"]
+    assert output_lines(problem, result, inputs, True) == ["a b c\td e", "\t", "x y\tz"]
     path = tmp_path / "out.txt"
     decode.write_lines(str(path), lines)
     assert path.read_text(encoding="utf-8").splitlines() == ["a b c", "", "x y"]

@@ -28,6 +28,10 @@ class MultiHeadAttention(keras.layers.Layer):
       written at slot i with a select (no dynamic slicing, no growing tensors), so
       shapes are static under `tf.function(jit_compile=True)`. Returns (output, new_cache).
 
+    `return_attention=True` (full and precomputed calls) also returns the attention
+    probabilities, for pictures of them (`t2t_lite.models.attention_maps`); the
+    computation is the same either way.
+
     Args:
         num_heads: h.
         hidden_size: D, width of the projections and of the output; divisible by h.
@@ -110,6 +114,7 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_index=None,
         training=None,
+        return_attention=False,
     ):
         """Attends from `query` [B, Tq, D] to the keys/values of `value` [B, Tk, D].
 
@@ -121,10 +126,19 @@ class MultiHeadAttention(keras.layers.Layer):
             cache: self-attention cache {"key", "value"} [B, L, H, Dh]; needs Tq = 1.
             cache_index: scalar int, the slot the new key/value is written to.
             training: enables attention-weights dropout.
+            return_attention: also return the attention probabilities; not with `cache`.
 
         Returns:
-            [B, Tq, D], or ([B, 1, D], new_cache) when `cache` is given.
+            [B, Tq, D], or ([B, 1, D], new_cache) when `cache` is given, or with
+            `return_attention` ([B, Tq, D], probabilities [B, H, Tq, Tk]): softmax over the
+            masked keys, in the compute dtype, before attention dropout (masked keys get
+            exactly 0).
         """
+        if return_attention and cache is not None:
+            raise ValueError(
+                "MultiHeadAttention: return_attention is for full calls; a cached step "
+                "does not return probabilities"
+            )
         query_heads = self._project(self.query_dense, query)  # [B, Tq, H, Dh]
         query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
         if key_value is None:
@@ -147,19 +161,22 @@ class MultiHeadAttention(keras.layers.Layer):
             value_heads = ops.where(write, value_heads, cache["value"])  # [B, L, H, Dh]
             new_cache = {"key": key, "value": value_heads}
 
-        output = self._attend(query_heads, key, value_heads, attention_mask, training)
+        output, weights = self._attend(query_heads, key, value_heads, attention_mask, training)
+        if return_attention:
+            return output, weights
         return output if new_cache is None else (output, new_cache)
 
     def _attend(self, query, key, value, attention_mask, training):
+        """(output [B, Tq, D], probabilities [B, H, Tq, Tk] before dropout)."""
         scores = ops.einsum("bqhk,bthk->bhqt", query, key)  # [B, H, Tq, Tk]
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
             mask = ops.cast(attention_mask, "bool")[:, None, :, :]  # [B, 1, Tq, Tk]
             scores = ops.where(mask, scores, _MASKED_LOGIT)
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-        weights = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bhqt,bthk->bqhk", weights, value)  # [B, Tq, H, Dh]
-        return self._project(self.output_dense, context)  # [B, Tq, D]
+        dropped = self.attention_dropout(weights, training=training)
+        context = ops.einsum("bhqt,bthk->bqhk", dropped, value)  # [B, Tq, H, Dh]
+        return self._project(self.output_dense, context), weights  # [B, Tq, D]
 
     def get_config(self):
         config = super().get_config()

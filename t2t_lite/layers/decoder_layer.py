@@ -95,6 +95,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
         cache=None,
         cache_index=None,
         training=None,
+        return_attention=False,
     ):
         """Maps [B, T, D] to [B, T, D] (or one cached step [B, 1, D]).
 
@@ -108,9 +109,12 @@ class TransformerDecoderLayer(keras.layers.Layer):
             cache: this layer's self-attention cache {"key", "value"} [B, L, H, Dh].
             cache_index: scalar int i, the position decoded by a cached step.
             training: enables dropout.
+            return_attention: also return the attention probabilities (full sequence only).
 
         Returns:
-            [B, T, D], or ([B, 1, D], new_cache) when `cache` is given.
+            [B, T, D], or ([B, 1, D], new_cache) when `cache` is given, or with
+            `return_attention` ([B, T, D], {"self_attention": [B, H, T, T],
+            "cross_attention": [B, H, T, S]}).
         """
         if encoder_output is None and cross_key_value is None:
             raise ValueError(
@@ -132,10 +136,13 @@ class TransformerDecoderLayer(keras.layers.Layer):
             cache=cache,
             cache_index=cache_index,
             training=training,
+            return_attention=return_attention,
         )
-        new_cache = None
+        new_cache, probabilities = None, {}
         if cache is not None:
             x, new_cache = x
+        if return_attention:
+            x, probabilities["self_attention"] = x
         x = residual + self.self_attention_dropout(x, training=training)
         if not self.normalize_first:
             x = self.self_attention_layer_norm(x)
@@ -150,7 +157,10 @@ class TransformerDecoderLayer(keras.layers.Layer):
             key_value=cross_key_value,
             attention_mask=cross_attention_mask,
             training=training,
+            return_attention=return_attention,
         )
+        if return_attention:
+            x, probabilities["cross_attention"] = x
         x = residual + self.cross_attention_dropout(x, training=training)
         if not self.normalize_first:
             x = self.cross_attention_layer_norm(x)
@@ -163,6 +173,8 @@ class TransformerDecoderLayer(keras.layers.Layer):
         x = residual + self.feed_forward_dropout(x, training=training)
         if not self.normalize_first:
             x = self.feed_forward_layer_norm(x)
+        if return_attention:
+            return x, probabilities
         return x if new_cache is None else (x, new_cache)
 
     def get_config(self):

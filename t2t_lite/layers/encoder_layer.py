@@ -75,7 +75,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
         build_norm_and_dropout(self, "feed_forward", inputs_shape)
         self.built = True
 
-    def call(self, inputs, attention_mask=None, training=None):
+    def call(self, inputs, attention_mask=None, training=None, return_attention=False):
         """Maps [B, S, D] to [B, S, D].
 
         Args:
@@ -83,11 +83,19 @@ class TransformerEncoderLayer(keras.layers.Layer):
             attention_mask: bool broadcastable to [B, S, S]; True = may attend
                 (`masks.attention_mask(padding_mask(ids), query_length=S)`).
             training: enables dropout.
+            return_attention: also return the self-attention probabilities.
+
+        Returns:
+            [B, S, D], or with `return_attention` ([B, S, D], probabilities [B, H, S, S]).
         """
         # Self-attention block.
         residual = inputs
         x = self.self_attention_layer_norm(inputs) if self.normalize_first else inputs
-        x = self.self_attention(x, attention_mask=attention_mask, training=training)
+        x = self.self_attention(
+            x, attention_mask=attention_mask, training=training, return_attention=return_attention
+        )
+        if return_attention:
+            x, probabilities = x
         x = residual + self.self_attention_dropout(x, training=training)
         if not self.normalize_first:
             x = self.self_attention_layer_norm(x)
@@ -100,7 +108,7 @@ class TransformerEncoderLayer(keras.layers.Layer):
         x = residual + self.feed_forward_dropout(x, training=training)
         if not self.normalize_first:
             x = self.feed_forward_layer_norm(x)
-        return x
+        return (x, probabilities) if return_attention else x
 
     def get_config(self):
         config = super().get_config()

@@ -229,26 +229,39 @@ class Transformer(keras.Model):
         decoder_input = shift_targets_right(features["targets"])
         return self.decode(decoder_input, encoder_output, encoder_mask, training=training)
 
-    def encode(self, inputs, training=False):
+    def encode(self, inputs, training=False, return_attention=False):
         """Runs the encoder stack.
 
         Args:
             inputs: int source ids [B, S]; 0 is padding.
             training: enables dropout.
+            return_attention: also return each layer's self-attention probabilities
+                (for `t2t_lite.models.attention_maps`).
 
         Returns:
-            (encoder_output [B, S, D] in the compute dtype, encoder_mask bool [B, S]).
+            (encoder_output [B, S, D] in the compute dtype, encoder_mask bool [B, S]),
+            and with `return_attention` a third item: a list of [B, H, S, S], one per layer.
         """
         encoder_mask = masks.padding_mask(inputs)  # [B, S]
         x = self._embed(self._source(), inputs, 0, self.encoder_embedding_dropout, training)
         attention_mask = masks.attention_mask(encoder_mask, query_length=ops.shape(inputs)[1])
+        probabilities = []
         for layer in self.encoder_layers:
-            x = layer(x, attention_mask=attention_mask, training=training)
+            x = layer(
+                x, attention_mask=attention_mask, training=training,
+                return_attention=return_attention,
+            )  # fmt: skip
+            if return_attention:
+                x, layer_probabilities = x
+                probabilities.append(layer_probabilities)
         if self.encoder_layer_norm is not None:
             x = self.encoder_layer_norm(x)
-        return x, encoder_mask
+        return (x, encoder_mask, probabilities) if return_attention else (x, encoder_mask)
 
-    def decode(self, decoder_input_ids, encoder_output, encoder_mask, training=False):
+    def decode(
+        self, decoder_input_ids, encoder_output, encoder_mask, training=False,
+        return_attention=False,
+    ):  # fmt: skip
         """Runs the decoder stack over a whole (shifted-right) target sequence.
 
         Args:
@@ -256,9 +269,12 @@ class Transformer(keras.Model):
             encoder_output: [B, S, D] from `encode`.
             encoder_mask: bool [B, S] from `encode`.
             training: enables dropout.
+            return_attention: also return each layer's attention probabilities.
 
         Returns:
-            float32 logits [B, T, V_target].
+            float32 logits [B, T, V_target]; with `return_attention`, (logits, a list
+            with one {"self_attention": [B, H, T, T], "cross_attention": [B, H, T, S]}
+            per layer).
         """
         pointed = None
         if self.source_pointer:
@@ -271,6 +287,7 @@ class Transformer(keras.Model):
         length = ops.shape(decoder_input_ids)[1]
         self_attention_mask = masks.causal_mask(length)[None]  # [1, T, T]
         cross_attention_mask = masks.attention_mask(encoder_mask, query_length=length)
+        probabilities = []
         for layer in self.decoder_layers:
             x = layer(
                 x,
@@ -278,8 +295,12 @@ class Transformer(keras.Model):
                 self_attention_mask=self_attention_mask,
                 cross_attention_mask=cross_attention_mask,
                 training=training,
+                return_attention=return_attention,
             )
-        return self._logits(x)
+            if return_attention:
+                x, layer_probabilities = x
+                probabilities.append(layer_probabilities)
+        return (self._logits(x), probabilities) if return_attention else self._logits(x)
 
     def _logits(self, x):
         """Final LayerNorm (pre-norm only) and the tied pre-softmax projection, float32."""
@@ -365,35 +386,3 @@ class Transformer(keras.Model):
     def get_config(self):
         arguments = {name: getattr(self, name) for name in _arguments(Transformer)}
         return {**super().get_config(), **arguments}
-
-
-def build_transformer(
-    hp, vocab_size: int, target_vocab_size: int | None = None, non_copy_ids=None
-) -> Transformer:
-    """Creates and builds (all weights created) the Transformer that `hp` describes.
-
-    Args:
-        hp: a `t2t_lite.hparams.HParams`; its model fields, dropout rates, dtype_policy
-            and kernels are used. `hp.kernels` "auto" is resolved here, once, for the
-            devices of the tf.distribute strategy in scope (`t2t_lite.kernels.resolve`).
-        vocab_size: V of the (shared or source) vocabulary.
-        target_vocab_size: size of a separate target vocabulary, or None.
-        non_copy_ids: the problem's `target_non_copy_ids`, needed by `hp.source_pointer`.
-
-    Returns:
-        A built `Transformer` named "transformer".
-    """
-    model = Transformer(
-        vocab_size=vocab_size,
-        target_vocab_size=target_vocab_size,
-        dropout=hp.dropout,
-        attention_dropout=hp.attention_dropout,
-        relu_dropout=hp.relu_dropout,
-        dtype=hp.dtype_policy,
-        name="transformer",
-        non_copy_ids=non_copy_ids if hp.source_pointer else None,
-        kernels=kernel_sets.resolve(hp.kernels),
-        **hp.model_fields(),
-    )
-    model.build()
-    return model
