@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[1]
 # t2t_lite.hparams (setup.py's package_dir).
 ROOTS = {"t2t_lite": "t2t_lite", "t2t_lite.problems": "problems", "t2t_lite.hparams": "hparams"}
 # The command-line modules: they parse flags and call one library function each.
-COMMANDS = {"trainer", "datagen", "decoder", "exporter", "serve", "avg_checkpoints", "evalb"}
+COMMANDS = {
+    "trainer", "datagen", "decoder", "exporter", "serve", "avg_checkpoints", "evalb", "attention",
+}  # fmt: skip
 
 # Part -> the parts it may import. A part is a subpackage, `ids` (the shared ids) or
 # `version` (the package's __init__, which holds only __version__).
@@ -51,8 +53,9 @@ ALLOWED = {
     },  # fmt: skip
     "inference": {"ids", "metrics", "problems", "search", "runs"},
     "export": {"ids", "decoding", "problems", "search", "runs"},
-    # Serving loads SavedModels only, as TensorFlow Serving would.
-    "serving": set(),
+    # Serving loads SavedModels as TensorFlow Serving would, and answers for a CTranslate2
+    # version with CTranslate2's search and the problem's text encoder: never the model code.
+    "serving": {"ids", "search", "problems"},
     # The commands' shared plumbing (absl help, a quiet TensorFlow start-up); it lists the
     # registered problems and hparams sets for --registry_help.
     "cli": {"hparams", "problems"},

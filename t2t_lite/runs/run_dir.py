@@ -75,14 +75,13 @@ def check_resume(output_dir: str, hp: HParams, problem_name: str) -> None:
     """Refuses to continue a run in `output_dir` with another model or problem."""
     saved = load_hparams(output_dir)
     if saved is not None:
-        before, now = saved.model_fields(), hp.model_fields()
-        changed = [f"{key}: {before[key]} -> {now[key]}" for key in now if before[key] != now[key]]
+        changed = [f"{key}: {before} -> {now}" for key, before, now in saved.model_changes(hp)]
         if changed:
             raise RunDirError(
                 f"{output_dir} holds a model with other hparams ({'; '.join(changed)}); "
                 "resume with the same --hparams_set/--hparams or use a new --output_dir"
             )
-    previous = _load_manifest(output_dir).get("problem")
+    previous = load_manifest(output_dir).get("problem")
     if previous and previous != problem_name:
         raise RunDirError(
             f"{output_dir} was trained on problem {previous}, not {problem_name}; "
@@ -113,7 +112,7 @@ def check_vocabulary(output_dir: str, vocabulary: dict | None) -> None:
     would train the model on scrambled text. A run recorded before vocabularies were
     recorded (no field) is accepted, and gets the field.
     """
-    previous = _load_manifest(output_dir).get("vocabulary")
+    previous = load_manifest(output_dir).get("vocabulary")
     if not previous or not vocabulary or previous["sha256"] == vocabulary["sha256"]:
         return
     raise RunDirError(
@@ -125,12 +124,23 @@ def check_vocabulary(output_dir: str, vocabulary: dict | None) -> None:
     )
 
 
-def _load_manifest(output_dir: str) -> dict:
+def load_manifest(output_dir: str) -> dict:
+    """manifest.json of `output_dir`, {} when there is none."""
     path = os.path.join(output_dir, MANIFEST_FILE)
     if not os.path.exists(path):
         return {}
     with open(path) as handle:
         return json.load(handle)
+
+
+def update_manifest(output_dir: str, fields: dict) -> None:
+    """Sets `fields` in manifest.json, keeping the rest (what a run records while it trains).
+
+    Raises:
+        RunDirError: when the file cannot be written; it keeps its previous content.
+    """
+    manifest = dict(load_manifest(output_dir), **fields)
+    write_atomic(os.path.join(output_dir, MANIFEST_FILE), json.dumps(manifest, indent=2) + "\n")
 
 
 def write_run_files(output_dir: str, hp: HParams, manifest: dict) -> None:
@@ -146,7 +156,7 @@ def write_run_files(output_dir: str, hp: HParams, manifest: dict) -> None:
     import tensorflow as tf
 
     check_vocabulary(output_dir, manifest.get("vocabulary"))
-    previous = _load_manifest(output_dir)
+    previous = load_manifest(output_dir)
     earlier = list(previous.get("earlier_data_fingerprints", []))
     if previous.get("data_fingerprint") not in (None, manifest.get("data_fingerprint")):
         earlier.append(previous["data_fingerprint"])

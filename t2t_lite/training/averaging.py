@@ -14,6 +14,7 @@ The result is written with `tf.raw_ops.SaveV2` under the newest checkpoint's nam
 OUTPUT_DIR/averaged/ckpt-<newest step>, with its own `checkpoint` state file, so that
 `tf.train.latest_checkpoint(OUTPUT_DIR + "/averaged")` finds it and
 `tf.train.Checkpoint(model=..., optimizer=...).restore(path)` loads it like any other checkpoint.
+The trainer's OUTPUT_DIR/best (`best`) has the same layout: averaging reads it as a run.
 
 Fewer checkpoints than asked for is an error unless `allow_fewer=True`, in which case the ones
 that exist are averaged and a warning says how many: averaging 3 instead of 20 is a different
@@ -158,7 +159,7 @@ def save_bundle(prefix: str, values: dict, dtypes: dict[str, tf.DType]) -> None:
     )
 
 
-def _write_checkpoint_state(directory: str, name: str) -> None:
+def write_checkpoint_state(directory: str, name: str) -> None:
     """Writes `directory`/checkpoint (a CheckpointState text proto) naming the one checkpoint.
 
     The path is relative, so the directory can be moved; `tf.train.get_checkpoint_state`
@@ -210,7 +211,7 @@ def average_last_checkpoints(
     name = _name(paths[-1])
     prefix = os.path.join(averaged_dir, name)
     save_bundle(prefix, values, dtypes)
-    _write_checkpoint_state(averaged_dir, name)
+    write_checkpoint_state(averaged_dir, name)
     provenance = {
         "averaged_checkpoint": name,
         "num_averaged": len(paths),

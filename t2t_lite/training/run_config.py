@@ -21,6 +21,7 @@ STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 DEFAULT_DATA_DIR = os.path.join("~", "t2t_data")
 DEFAULT_TRAIN_ROOT = os.path.join("~", "t2t_train")
 EVAL_DECODE_METHODS = ("beam", "greedy")
+KEEP_BEST = ("none", "loss", "bleu")
 
 
 def _field(default, help_text: str, minimum=None, choices=None):
@@ -91,6 +92,19 @@ class RunConfig:
         "(faster).",
         choices=EVAL_DECODE_METHODS,
     )
+    keep_best: str = _field(
+        "none",
+        "Keep the checkpoint with the best dev score in OUTPUT_DIR/best (with best.json: "
+        "metric, value, step): loss (lower is better) or bleu (BLEU problems, with "
+        "--eval_bleu_sentences >= 1); none keeps no best.",
+        choices=KEEP_BEST,
+    )
+    early_stopping: int = _field(
+        0,
+        "Stop after this many evaluations in a row that do not beat the best --keep_best "
+        "score (needs --keep_best, whose metric it watches); 0 never stops early.",
+        0,
+    )
 
     def __post_init__(self):
         self.check()
@@ -111,6 +125,11 @@ class RunConfig:
                 )
             if choices and value not in choices:
                 raise RunDirError(f"--{field.name}={value}: must be one of {', '.join(choices)}")
+        if self.early_stopping and self.keep_best == "none":
+            raise RunDirError(
+                f"--early_stopping={self.early_stopping}: needs --keep_best=loss or "
+                "--keep_best=bleu, the dev score it watches"
+            )
 
 
 # How each field type becomes a flag.

@@ -81,13 +81,14 @@ def save_checkpoint(manager, step: int) -> str:
             else "no earlier checkpoint was written"
         )
         raise TrainingStopped(
-            f"cannot write checkpoint {prefix} in {folder}: {_cause(error)}; its partial "
+            f"cannot write checkpoint {prefix} in {folder}: {error_cause(error)}; its partial "
             f"files were removed and {kept}. Free space (or fix the folder) and rerun the "
             "same command to resume"
         ) from None
 
 
-def _cause(error: Exception) -> str:
+def error_cause(error: Exception) -> str:
+    """A short lower-case cause of a failed write ("no space left on device")."""
     text = str(error)
     if getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in text:
         return "no space left on device"

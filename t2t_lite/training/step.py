@@ -9,6 +9,8 @@ Forward and backward passes are one `tf.function`, compiled by XLA when `jit_com
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -21,6 +23,27 @@ SUM = tf.distribute.ReduceOp.SUM
 # Sums a training update returns (and accumulates), and those of an evaluation batch.
 STAT_KEYS = ("loss", "nll", "tokens")
 EVAL_KEYS = ("loss", "nll", "correct", "tokens")
+
+
+def accumulation_steps(hp, num_replicas: int) -> int:
+    """Batches per replica per update so that an update sees `effective_batch_tokens`."""
+    if hp.effective_batch_tokens <= 0:
+        return 1
+    return max(1, math.ceil(hp.effective_batch_tokens / (hp.batch_size * num_replicas)))
+
+
+def batching_line(hp, replicas: int, accumulate: int) -> str:
+    """The start-up line on tokens per replica, per batch and per update."""
+    target = (
+        f"effective_batch_tokens {hp.effective_batch_tokens:,}"
+        if hp.effective_batch_tokens
+        else "effective_batch_tokens 0: one batch per update"
+    )
+    return (
+        f"batching: {hp.batch_size:,} tokens per replica x {replicas} replicas = "
+        f"{hp.batch_size * replicas:,} global tokens per batch; x {accumulate} accumulated = "
+        f"{hp.batch_size * replicas * accumulate:,} effective tokens per update ({target})"
+    )
 
 
 def make_optimizer(
@@ -144,6 +167,16 @@ class TrainStep:
         self.train = tf.function(self._train_fn)
         self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True)
 
+    def skipped_updates(self, step: int) -> int:
+        """How many of the `step` updates run so far float16 loss scaling skipped.
+
+        An update whose gradients overflowed is not applied, so the optimizer's count of
+        applied updates (the global step) stays behind the count of updates run.
+        """
+        if not self.loss_scaled:
+            return 0
+        return step - int(self.optimizer.iterations.numpy())
+
     def _gradients_fn(self, batch):
         with tf.GradientTape() as tape:
             logits = self.model(batch, training=True)
@@ -243,3 +276,20 @@ class TrainStep:
         return {
             key: self.strategy.experimental_local_results(value)[0] for key, value in result.items()
         }
+
+
+def evaluate(step_fns, dataset, strategy, eval_steps: int) -> dict:
+    """Sums the token statistics over the dev batches; returns loss, accuracy, perplexity."""
+    totals = dict.fromkeys(EVAL_KEYS, 0.0)
+    for count, batch in enumerate(strategy.experimental_distribute_dataset(dataset)):
+        if eval_steps and count >= eval_steps:
+            break
+        for key, value in step_fns.evaluate(batch).items():
+            totals[key] += float(value)
+    tokens = max(totals["tokens"], 1.0)
+    return {
+        "loss": totals["loss"] / tokens,
+        "accuracy": totals["correct"] / tokens,
+        "perplexity": math.exp(min(totals["nll"] / tokens, 50.0)),
+        "tokens": totals["tokens"],
+    }

@@ -1,10 +1,10 @@
 """`train_and_evaluate`: the whole training run behind `python -m t2t_lite.trainer`.
 
 The loop: build the model and Adam under the strategy's scope, restore the newest
-checkpoint of `output_dir` if there is one, then repeat {update, log every
-`log_every`, evaluate every `eval_every`, save every `save_every`} until `train_steps`
-optimizer updates have been made. Checkpoints hold the model, the optimizer (with its
-step counter, the global step) and nothing else.
+checkpoint of `output_dir` if there is one, then repeat {update, log every `log_every`,
+evaluate every `eval_every` (and keep the best, `best`), save every `save_every`} until
+`train_steps` updates have been made or early stopping ends it. Checkpoints hold the
+model, the optimizer (with its step counter, the global step) and nothing else.
 
 Data order: a run from scratch shuffles the training data with `seed`, so two such runs
 see the same batches; a resumed run shuffles with a seed of its own (`resume.data_seed`).
@@ -14,12 +14,17 @@ current one, so update n (n = 1, 2, ...) uses `TransformerSchedule(n - 1)`, as i
 tensor2tensor, which reads its global step before incrementing it (the schedule takes
 step 0 as 1, so updates 1 and 2 share a rate). The `lr` logged at step n is that rate,
 the one update n applied.
+
+Attention at every evaluation: the images `eval/attention/encoder_decoder_last_layer` and
+`eval/attention/encoder_decoder_layers` show the encoder-decoder attention (averaged over
+heads) of the first dev example, teacher-forced on its reference, so the same sentence on the
+same axes is seen at every step (`t2t_lite.models.attention_maps`). One eager forward pass of
+one sentence outside the training step: nothing is compiled for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 
@@ -28,25 +33,30 @@ import tensorflow as tf
 
 from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
-from t2t_lite.models import build_transformer
+from t2t_lite.ids import EOS_ID
+from t2t_lite.models import attention_maps, build_transformer
 from t2t_lite.problems import pipeline
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.progress import Progress
-from t2t_lite.training import bleu_eval, cpu_features, distribute, host_memory, saving
+from t2t_lite.search import without_eos
+from t2t_lite.training import best, bleu_eval, cpu_features, distribute, host_memory, saving
 from t2t_lite.training.compile_log import CompileLog, use_xla
 from t2t_lite.training.resume import data_seed, resume_or_start, worker_dirs
 from t2t_lite.training.run_config import RunConfig, resolve
 from t2t_lite.training.schedule import TransformerSchedule
-from t2t_lite.training.step import EVAL_KEYS, TrainStep, make_optimizer
+from t2t_lite.training.step import (
+    TrainStep,
+    accumulation_steps,
+    batching_line,
+    evaluate,
+    make_optimizer,
+)
 
 __all__ = ["RunConfig", "train_and_evaluate"]
 
-
-def accumulation_steps(hp, num_replicas: int) -> int:
-    """Batches per replica per update so that an update sees `effective_batch_tokens`."""
-    if hp.effective_batch_tokens <= 0:
-        return 1
-    return max(1, math.ceil(hp.effective_batch_tokens / (hp.batch_size * num_replicas)))
+# The attention images show at most this many tokens of each side of the dev example, so
+# that every label stays readable.
+ATTENTION_TOKENS = 40
 
 
 def make_schedule(hp) -> TransformerSchedule:
@@ -82,37 +92,6 @@ def train_data(problem, config: RunConfig, hp, strategy, start_step: int, pad_to
     )
 
 
-def _print_batching(hp, strategy, accumulate, printer):
-    replicas = strategy.num_replicas_in_sync
-    target = (
-        f"effective_batch_tokens {hp.effective_batch_tokens:,}"
-        if hp.effective_batch_tokens
-        else "effective_batch_tokens 0: one batch per update"
-    )
-    printer(
-        f"batching: {hp.batch_size:,} tokens per replica x {replicas} replicas = "
-        f"{hp.batch_size * replicas:,} global tokens per batch; x {accumulate} accumulated = "
-        f"{hp.batch_size * replicas * accumulate:,} effective tokens per update ({target})"
-    )
-
-
-def evaluate(step_fns, dataset, strategy, eval_steps: int) -> dict:
-    """Sums the token statistics over the dev batches; returns loss, accuracy, perplexity."""
-    totals = dict.fromkeys(EVAL_KEYS, 0.0)
-    for count, batch in enumerate(strategy.experimental_distribute_dataset(dataset)):
-        if eval_steps and count >= eval_steps:
-            break
-        for key, value in step_fns.evaluate(batch).items():
-            totals[key] += float(value)
-    tokens = max(totals["tokens"], 1.0)
-    return {
-        "loss": totals["loss"] / tokens,
-        "accuracy": totals["correct"] / tokens,
-        "perplexity": math.exp(min(totals["nll"] / tokens, 50.0)),
-        "tokens": totals["tokens"],
-    }
-
-
 def _write_scalars(writer, step: int, values: dict) -> None:
     with writer.as_default(step=step):
         for name, value in values.items():
@@ -140,6 +119,8 @@ class _Run:
     train_writer: object
     eval_writer: object
     bleu_evaluator: object
+    best: best.BestTracker
+    attention_example: dict | None
     printer: object
     deadline: float | None
     step: int
@@ -179,6 +160,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         f"train_steps {config.train_steps:,} ({budget})"
     )
     problem = problems_lib.get(config.problem)
+    best.check_metric(config.keep_best, config.eval_bleu_sentences, problem)
     problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
     run_dir.prepare(config.output_dir)
     run_dir.check_resume(config.output_dir, hp, config.problem)
@@ -188,7 +170,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         raise run_dir.RunDirError(f"cannot set up the distribution strategy: {error}") from None
     keras.utils.set_random_seed(config.seed)
     accumulate = accumulation_steps(hp, strategy.num_replicas_in_sync)
-    _print_batching(hp, strategy, accumulate, printer)
+    printer(batching_line(hp, strategy.num_replicas_in_sync, accumulate))
 
     model, optimizer = build_model_and_optimizer(hp, problem, config.data_dir, strategy)
     checkpoint_dir, is_chief = worker_dirs(strategy, config.output_dir)
@@ -201,8 +183,9 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
             f"resumed from {latest} at step {step}; training data shuffled with seed "
             f"{data_seed(config.seed, step)} (from seed {config.seed} and step {step})"
         )
+    tracker = best.BestTracker.resume(config, checkpoint_dir, step, is_chief, printer)
     if is_chief:
-        _write_run_files(config, hp, problem, strategy, accumulate, model)
+        _write_run_files(config, hp, problem, strategy, accumulate, model, tracker.record())
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
     warning = cpu_features.bfloat16_warning(hp.dtype_policy, on_cpu=not use_xla(None, strategy))
     if warning:
@@ -234,13 +217,15 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         bleu_evaluator=bleu_eval.make_bleu_evaluator(
             model, problem, config.data_dir, config.eval_bleu_sentences, config.eval_decode_method
         ),
+        best=tracker,
+        attention_example=attention_example(problem, config.data_dir, model.max_position),
         printer=printer,
         deadline=deadline,
         step=step,
     )
 
 
-def _write_run_files(config, hp, problem, strategy, accumulate, model) -> None:
+def _write_run_files(config, hp, problem, strategy, accumulate, model, keep_best) -> None:
     run_dir.write_run_files(
         config.output_dir,
         hp,
@@ -253,6 +238,7 @@ def _write_run_files(config, hp, problem, strategy, accumulate, model) -> None:
             "replicas": strategy.num_replicas_in_sync,
             "accumulation_steps": accumulate,
             "parameters": model.count_params(),
+            best.MANIFEST_KEY: keep_best,
         },
     )
 
@@ -263,7 +249,7 @@ def _loop(run: _Run) -> dict:
     every_steps = (config.log_every, config.save_every, config.eval_every)
     first = True
     metrics = {}
-    last = run.step >= config.train_steps
+    last = run.step >= config.train_steps or run.best.should_stop
     while not last:
         began = time.monotonic()
         try:
@@ -293,24 +279,24 @@ def _loop(run: _Run) -> dict:
             saving.save_checkpoint(run.manager, run.step)
         if run.step % config.eval_every == 0 or last:
             metrics = _evaluate(run)
+            if run.best.should_stop and not last:
+                if run.step % config.save_every:  # the end of a run saves, this one too
+                    saving.save_checkpoint(run.manager, run.step)
+                run.best.stop(run.step, run.eval_writer, run.printer)
+                last = True
     return metrics
 
 
 def _skipped_updates(run: _Run) -> bool:
-    """Under float16 loss scaling, an update whose gradients overflowed was skipped: the
-    optimizer's count of applied updates is the step. Reports and rewinds `run.step`."""
-    if not run.step_fns.loss_scaled:
-        return False
-    applied = int(run.optimizer.iterations.numpy())
-    if applied == run.step:
-        return False
-    run.printer(
-        f"{run.step - applied} update(s) skipped before step {applied + 1}: "
-        "non-finite gradients; loss scale lowered to "
-        f"{float(run.optimizer.dynamic_scale.numpy()):g}"
-    )
-    run.step = applied
-    return True
+    """Reports and rewinds `run.step` when float16 loss scaling skipped updates."""
+    skipped = run.step_fns.skipped_updates(run.step)
+    if skipped:
+        run.step -= skipped
+        run.printer(
+            f"{skipped} update(s) skipped before step {run.step + 1}: non-finite gradients; "
+            f"loss scale lowered to {float(run.optimizer.dynamic_scale.numpy()):g}"
+        )
+    return bool(skipped)
 
 
 # TensorBoard tags of the progress values: grouped under train/, spelled out.
@@ -357,5 +343,57 @@ def _evaluate(run: _Run) -> dict:
         run.step,
         {f"eval/{k}": metrics[k] for k in ("loss", "accuracy", "perplexity")},
     )
+    _write_attention(run)
     metrics.update(bleu_eval.log_bleu(run.bleu_evaluator, run.eval_writer, run.step, run.printer))
+    run.best.observe(run.step, metrics, run.manager.checkpoint, run.eval_writer, run.printer)
     return metrics
+
+
+def attention_example(problem, data_dir: str, max_position: int) -> dict | None:
+    """The first dev example for the attention images: ids and labels, or None without one.
+
+    Returns:
+        {"source_ids", "target_ids"}: token ids without EOS, each cut to ATTENTION_TOKENS;
+        {"source_labels", "target_labels"}: the pieces of those ids and EOS.
+    """
+    try:
+        example = next(problem.examples("dev", data_dir).take(1).as_numpy_iterator(), None)
+    except tf.errors.DataLossError as error:
+        raise pipeline.read_error(problem, "dev", data_dir, error) from None
+    if example is None or "targets" not in example:
+        return None
+    keep = min(ATTENTION_TOKENS, max_position - 1)  # 1 for EOS
+    encoders = problem.encoders(data_dir)
+    found = {}
+    for side, feature in (("source", "inputs"), ("target", "targets")):
+        ids = without_eos(example[feature])[:keep]
+        found[f"{side}_ids"] = ids
+        found[f"{side}_labels"] = attention_maps.token_labels(encoders[feature], ids + [EOS_ID])
+    return found
+
+
+def _write_attention(run: _Run) -> None:
+    """Writes the eval/attention/... images of the first dev example at this step."""
+    example = run.attention_example
+    if example is None:
+        return
+    try:
+        attention = attention_maps.sentence_attention(
+            run.model, example["source_ids"], example["target_ids"]
+        )
+        figures = attention_maps.summary_figures(
+            attention, example["source_labels"], example["target_labels"]
+        )
+        images = {name: attention_maps.figure_pixels(f) for name, f in figures.items()}
+    except Exception as error:  # noqa: BLE001 - a picture must not end a training run
+        run.printer(f"eval step {run.step}: no attention image ({type(error).__name__}: {error})")
+        return
+    with run.eval_writer.as_default(step=run.step):
+        for name, pixels in images.items():
+            tf.summary.image(
+                f"eval/attention/{name}",
+                pixels[None],
+                description="First dev example, teacher-forced on its reference: rows are "
+                "the target pieces predicted, columns the source pieces.",
+            )
+    run.eval_writer.flush()
