@@ -1,7 +1,7 @@
-"""Serves exported SavedModels over TF Serving's REST API: `python -m t2t_lite.serve --model_dir=...`.
+"""Serves exported models over TF Serving's REST API: `python -m t2t_lite.serve --model_dir=...`.
 
-Loads the newest version in MODEL_DIR (= EXPORT_DIR/MODEL_NAME), picks up newer ones as
-they appear, and stops gracefully on SIGTERM. See t2t_lite/serving/server.py for the API.
+Loads the newest version in MODEL_DIR (= EXPORT_DIR/MODEL_NAME), a SavedModel or a
+CTranslate2 export (`--format=ctranslate2`), picks up newer ones as they appear, and stops gracefully on SIGTERM. See t2t_lite/serving/server.py for the API.
 """
 
 import sys

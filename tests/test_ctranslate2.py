@@ -32,13 +32,14 @@ from t2t_lite.export.ctranslate2_export import (  # noqa: E402
     METADATA_FILE,
     export_ctranslate2_from_run,
 )
-from t2t_lite.inference.ctranslate2_engine import (  # noqa: E402
+from t2t_lite.inference.ctranslate2_engine import ctranslate2_decoder  # noqa: E402
+from t2t_lite.inference.text_files import DecodeError  # noqa: E402
+from t2t_lite.search.ctranslate2_search import (  # noqa: E402
+    CTranslate2Error,
     CTranslate2Translator,
-    ctranslate2_decoder,
     length_penalty_for,
     resolve_model_dir,
 )
-from t2t_lite.inference.text_files import DecodeError  # noqa: E402
 
 SMALL = "hidden_size=32,filter_size=64,num_heads=2,max_position=64"
 VOCAB, TARGET_VOCAB = 30, 23
@@ -193,7 +194,7 @@ def test_decoder_refuses_another_problem_and_a_missing_export(reverse_export, tm
     _, export_dir, _, _ = reverse_export
     with pytest.raises(DecodeError, match="exported for problem algorithmic_reverse"):
         ctranslate2_decoder(str(export_dir / "rev"), "algorithmic_copy", "", {})
-    with pytest.raises(DecodeError, match=f"--ct2_model={tmp_path}: no CTranslate2 export"):
+    with pytest.raises(CTranslate2Error, match=f"--ct2_model={tmp_path}: no CTranslate2 export"):
         ctranslate2_decoder(str(tmp_path), "algorithmic_reverse", "", {})
 
 
@@ -244,3 +245,81 @@ def test_commands_say_what_is_missing(tmp_path):
     )  # fmt: skip
     assert decoded.returncode != 0
     assert "--engine=ctranslate2 needs --ct2_model" in decoded.stderr.strip().splitlines()[-1]
+
+
+def test_a_served_ctranslate2_version_answers_like_the_engine(reverse_export, tmp_path):
+    import shutil
+
+    from serving_support import _ready, _start, _stop, call, predict
+
+    from t2t_lite.serving import ModelStore
+
+    run, export_dir, first, _ = reverse_export
+    model_dir = tmp_path / "rev"
+    shutil.copytree(first.text_dir, model_dir / "1")
+    (model_dir / "0").mkdir()  # An empty folder is not a version.
+    assert ModelStore(str(model_dir)).versions_on_disk() == [1]
+    process, lines = _start(model_dir, tmp_path / "server.log", "--poll_seconds=0")
+    try:
+        url = _ready(process, lines)
+        status, metadata = call(url, "GET", "/v1/models/rev/metadata")
+        assert status == 200
+        signatures = metadata["metadata"]["signature_def"]["signature_def"]
+        assert sorted(signatures) == [
+            "serving_default", "translate_ids", "translate_ids_with_options",
+            "translate_with_options",
+        ]  # fmt: skip
+        assert signatures["serving_default"]["inputs"]["sentences"]["dtype"] == "DT_STRING"
+
+        rng = np.random.default_rng(11)
+        rows = [list(rng.integers(2, 12, size=rng.integers(1, 12))) for _ in range(12)]
+        sentences = [" ".join(str(token - 2) for token in row) for row in rows]
+        sentences[3] = "  "
+        status, reply = predict(
+            url, {"signature_name": "translate_with_options",
+                  "inputs": {"sentences": sentences, "beam_size": 2, "alpha": 0.0}},
+        )  # fmt: skip
+        assert status == 200, reply
+        config = SearchConfig(beam_size=2, alpha=0.0, extra_length=EXTRA, beam_sizes=(1, 2, 4))
+        engine = CTranslate2Translator(first.text_dir, SearchConfig(extra_length=EXTRA))
+        for row, sentence in enumerate(sentences):
+            if row == 3:
+                assert reply["outputs"]["translations"][row] == ""
+                assert reply["outputs"]["scores"][row] == 0.0
+                continue
+            ids, scores = engine.search(pad_batch([rows[row]]), config)
+            expected = " ".join(str(token - 2) for token in strip_ids(ids[0, 0]))
+            assert reply["outputs"]["translations"][row] == expected, sentence
+            assert reply["outputs"]["scores"][row] == pytest.approx(scores[0, 0], abs=1e-4)
+        # Trained to reverse: most translations are the reversed input.
+        reversed_ = [" ".join(s.split()[::-1]) for s in sentences]
+        assert np.mean([a == b for a, b in zip(reply["outputs"]["translations"], reversed_)]) > 0.5
+
+        batch = pad_batch(rows[:4])
+        status, reply = predict(
+            url, {"signature_name": "translate_ids", "inputs": {"input_ids": batch.tolist()}}
+        )
+        assert status == 200, reply
+        ids, scores = engine.search(batch)
+        np.testing.assert_array_equal(np.array(reply["outputs"]["output_ids"]), ids[:, :, 1:])
+        np.testing.assert_allclose(np.array(reply["outputs"]["scores"]), scores, atol=1e-4)
+
+        refusals = [
+            ({"sentences": ["1 2"], "beam_size": 3, "alpha": 0.0}, "choose one of [1, 2, 4]"),
+            ({"sentences": ["1 2"], "beam_size": 2, "alpha": 11.0}, "choose 0 to 10"),
+            ({"sentences": ["1 x"], "beam_size": 2, "alpha": 0.0}, "'x' is not a symbol"),
+        ]
+        for inputs, message in refusals:
+            status, reply = predict(
+                url, {"signature_name": "translate_with_options", "inputs": inputs}
+            )
+            assert status == 400 and message in reply["error"], reply
+        status, reply = predict(
+            url, {"inputs": {"input_ids": [[2, 5000, 1]]}, "signature_name": "translate_ids"}
+        )
+        assert status == 400 and "below the vocabulary size" in reply["error"], reply
+        status, reply = predict(url, {"instances": ["3 1 4"]})
+        assert status == 200 and reply["predictions"][0]["translations"] == "4 1 3", reply
+    finally:
+        _stop(process)
+    assert process.returncode == 0

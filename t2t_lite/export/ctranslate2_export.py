@@ -29,9 +29,8 @@ from t2t_lite.export.exporter import ExportError, ExportResult, export_search, n
 from t2t_lite.runs.restore import TrainedModel, load_trained_model
 from t2t_lite.runs.run_dir import HPARAMS_FILE
 from t2t_lite.search import SearchConfig
+from t2t_lite.search.ctranslate2_search import INSTALL_HINT, METADATA_FILE, SENTENCEPIECE_FILE
 
-METADATA_FILE = "t2t_lite_export.json"
-SENTENCEPIECE_FILE = "sentencepiece.model"
 # Weight types CTranslate2 converts to (its `ACCEPTED_MODEL_TYPES`); None keeps float32.
 QUANTIZATIONS = (
     "int8",
@@ -43,7 +42,6 @@ QUANTIZATIONS = (
     "bfloat16",
     "float32",
 )
-INSTALL_HINT = 'pip install "t2t_lite[ctranslate2]"'
 
 
 def import_ctranslate2():

@@ -1,7 +1,8 @@
-"""Serving exported SavedModels over TensorFlow Serving's REST API.
+"""Serving exported models over TensorFlow Serving's REST API.
 
-Only SavedModels are loaded: nothing here imports the model code, so the server behaves
-as TensorFlow Serving would with the same files.
+The server's process loads nothing itself and imports no model code: each version is
+loaded by a worker process of its own, as a SavedModel (which behaves as TensorFlow
+Serving would with the same files) or as a CTranslate2 export with the same signatures.
 """
 
 from t2t_lite.serving.batching import Batcher

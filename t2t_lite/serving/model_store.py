@@ -1,7 +1,8 @@
-"""The versions of one model folder: loading the newest SavedModel and watching for new ones.
+"""The versions of one model folder: loading the newest and watching for new ones.
 
 The folder follows TensorFlow Serving's layout, `MODEL_DIR/<version>/saved_model.pb` with
-versions named by ASCII digits; other entries (an exporter's temporary folders, a name
+versions named by ASCII digits; a version may also be a CTranslate2 export
+(`ctranslate2_version`), served with the same signatures; other entries (an exporter's temporary folders, a name
 such as `²` that Python calls a digit) are ignored, a misleading one with a logged line.
 The store serves the newest version. A watcher thread looks for newer versions every
 `poll_seconds`, loads and warms one up beside the current one, then swaps it in: a request
@@ -10,7 +11,7 @@ loaded in a worker process of its own (`worker.WorkerModel`), which ends once th
 request holding it is answered, so swaps do not accumulate memory. One bad folder or one
 failed load is logged; the watcher keeps polling.
 
-Only SavedModels are loaded here; nothing of the model code is imported. TensorFlow
+Nothing of the model code is imported in the server's process. TensorFlow
 Text is imported when installed so that SavedModels with its tokenizer ops load, as they
 do in stock TensorFlow Serving, which links those ops.
 """
@@ -28,6 +29,7 @@ import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
 
+from t2t_lite.serving import ctranslate2_version
 from t2t_lite.serving.rest import TensorInfo, parse_predict
 from t2t_lite.serving.worker import WorkerFailed, WorkerModel
 
@@ -73,8 +75,13 @@ class LoadedModel:
         return {name: value.numpy() for name, value in outputs.items()}
 
 
-def load_version(path: str, version: int) -> LoadedModel:
-    """Loads the SavedModel at `path` and describes its signatures."""
+def load_version(path: str, version: int, calls: int = 1):
+    """Loads the SavedModel (or CTranslate2 export) at `path`; describes its signatures.
+
+    `calls`: how many calls may run at once (CTranslate2 sets its threads by it).
+    """
+    if ctranslate2_version.is_ctranslate2_version(path):
+        return ctranslate2_version.CTranslate2Version(path, version, calls)
     module = tf.saved_model.load(path)
     signatures = {}
     for name, function in module.signatures.items():
@@ -96,12 +103,14 @@ def load_version(path: str, version: int) -> LoadedModel:
     return LoadedModel(version, path, module, signatures, signature_defs)
 
 
-def warm_up(model: LoadedModel) -> int:
+def warm_up(model) -> int:
     """Runs the predict bodies of the version's warm-up file, if any; returns how many.
 
     The first call of a signature optimises its graph (seconds for a beam search); doing
     it here keeps that out of the first real requests.
     """
+    if isinstance(model, ctranslate2_version.CTranslate2Version):
+        return model.warm_up()
     path = os.path.join(model.path, WARMUP_FILE)
     if not os.path.exists(path):
         return 0
@@ -142,7 +151,7 @@ class ModelStore:
             return self._current
 
     def versions_on_disk(self) -> list:
-        """The integer versions with a saved_model.pb, ascending.
+        """The integer versions with a saved_model.pb or a CTranslate2 model, ascending.
 
         Only names of ASCII digits are versions: `str.isdigit()` also accepts `²` or `٣`,
         which `int()` rejects or reads as a number whose folder has another name. Hidden
@@ -155,8 +164,10 @@ class ModelStore:
         for name in os.listdir(self.model_dir):
             if name.startswith("."):
                 continue
-            if not os.path.isfile(os.path.join(self.model_dir, name, "saved_model.pb")):
-                continue
+            folder = os.path.join(self.model_dir, name)
+            if not os.path.isfile(os.path.join(folder, "saved_model.pb")):
+                if not ctranslate2_version.is_ctranslate2_version(folder):
+                    continue
             if name.isascii() and name.isdigit():
                 versions.append(int(name))
             elif name not in self._ignored:

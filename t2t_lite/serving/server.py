@@ -1,4 +1,4 @@
-"""An HTTP server speaking TensorFlow Serving's REST API for the SavedModels of one folder.
+"""An HTTP server speaking TensorFlow Serving's REST API for the exported models of one folder.
 
 Routes (NAME is the model folder's name; `/versions/V` may follow `/v1/models/NAME`):
 
@@ -214,8 +214,9 @@ class ModelServer:
         if model is None:
             self.shutdown()
             raise FileNotFoundError(
-                f"{self.store.model_dir} holds no loadable SavedModel version (integer "
-                "folders with saved_model.pb); export one with `python -m t2t_lite.exporter`"
+                f"{self.store.model_dir} holds no loadable version (integer folders with "
+                "saved_model.pb, or model.bin of a CTranslate2 export); export one with "
+                "`python -m t2t_lite.exporter`"
             )
         self.store.start_watching()
         return model.version

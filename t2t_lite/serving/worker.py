@@ -35,7 +35,7 @@ def _worker_main(path: str, version: int, connections: list) -> None:
     from t2t_lite.serving.model_store import load_version, warm_up
 
     try:
-        model = load_version(path, version)
+        model = load_version(path, version, calls=len(connections))
         warmed = warm_up(model)
     except Exception as error:  # noqa: BLE001 - reported to the server, which goes on.
         message = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:500]}"
