@@ -1,11 +1,17 @@
 """tools/benchmark_decode.py end to end on a tiny algorithmic_reverse run (a few training steps).
 
-Its table must have every decoding row, and the exported SavedModel (ids and text
-signatures) must give the best hypotheses of the in-process cached search.
+Its table must have every decoding row, the exported SavedModel (ids and text
+signatures) must give the best hypotheses of the in-process cached search, and so must
+the CTranslate2 float32 export at alpha 0 (where the two length penalties agree); each
+row's BLEU is sacreBLEU of its outputs against the references.
 """
 
 import importlib.util
 from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
 
 from t2t_lite import hparams
 from t2t_lite.training import trainer
@@ -22,6 +28,8 @@ ROWS = (
     "in-process uncached (full decode/step)",
     "SavedModel translate_ids (ids)",
     "SavedModel serving_default (text)",
+    "CTranslate2 float32 (ids)",
+    "CTranslate2 int8 (ids)",
 )
 
 
@@ -33,6 +41,7 @@ def load_script():
 
 
 def test_table_has_every_row_and_the_saved_model_matches_the_cached_search(tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
     run = tmp_path / "run"
     config = trainer.RunConfig(
         problem=PROBLEM, output_dir=str(run), train_steps=STEPS, eval_steps=1,
@@ -41,18 +50,26 @@ def test_table_has_every_row_and_the_saved_model_matches_the_cached_search(tmp_p
     trainer.train_and_evaluate(
         config, hparams.override(hparams.get("transformer_tiny"), TINY), printer=lambda line: None
     )
+    rng = np.random.default_rng(5)
+    lines = [" ".join(map(str, rng.integers(0, 10, size=rng.integers(3, 12)))) for _ in range(9)]
+    lines[2] = ""  # skipped with its reference
+    source, reference = tmp_path / "in.txt", tmp_path / "ref.txt"
+    source.write_text("\n".join(lines) + "\n")
+    references = [" ".join(line.split()[::-1]) for line in lines]
+    reference.write_text("\n".join(references) + "\n")
     export_dir = tmp_path / "export"
     results = load_script().main(
         [
             f"--problem={PROBLEM}", f"--output_dir={run}", f"--num_sentences={SENTENCES}",
-            "--batch_size=4", "--rounds=2", f"--export_dir={export_dir}",
+            "--batch_size=4", "--rounds=2", f"--export_dir={export_dir}", "--alpha=0",
+            f"--source_file={source}", f"--reference_file={reference}", "--ctranslate2=on",
         ]
     )  # fmt: skip
     stdout = capsys.readouterr().out
     lines = stdout.splitlines()
-    assert "beam 4, alpha 0.6" in lines[0], lines[0]
+    assert "beam 4, alpha 0.0" in lines[0], lines[0]
     header = next(line for line in lines if line.startswith("decoding"))
-    for column in ("sentences/s", "tokens/s", "same as cached"):
+    for column in ("sentences/s", "tokens/s", "same as cached", "sacreBLEU"):
         assert column in header
     rows = {name: line for line in lines for name in ROWS if line.startswith(name)}
     assert sorted(rows) == sorted(ROWS), stdout
@@ -60,9 +77,20 @@ def test_table_has_every_row_and_the_saved_model_matches_the_cached_search(tmp_p
         fields = line[len(name) :].split()
         sentences_per_sec, tokens_per_sec = float(fields[0]), float(fields[1])
         assert sentences_per_sec > 0 and tokens_per_sec > 0, line
-        assert fields[-1] == f"{SENTENCES}/{SENTENCES}", f"{name} differs from the cached row"
+        if name != ROWS[5]:  # int8 weights may change a hypothesis
+            assert fields[-2] == f"{SENTENCES}/{SENTENCES}", f"{name} differs from the cached row"
     cached = results[ROWS[0]]["outputs"]
     assert results[ROWS[2]]["outputs"] == cached
+    assert results[ROWS[4]]["outputs"] == cached
     assert len(results[ROWS[3]]["outputs"]) == SENTENCES
+    kept = [ref for src, ref in zip(source.read_text().splitlines(), references) if src]
+    assert len(kept) == SENTENCES
+    for name in ROWS:
+        outputs = results[name]["outputs"]
+        texts = outputs if name == ROWS[3] else [" ".join(str(i - 2) for i in o) for o in outputs]
+        expected = sacrebleu.corpus_bleu(texts, [kept]).score
+        assert results[name]["bleu"] == pytest.approx(expected)
+        assert rows[name].split()[-1] == f"{expected:.2f}"
     # --export_dir keeps the export, in TF Serving's layout.
     assert (export_dir / PROBLEM / "1" / "saved_model.pb").is_file()
+    assert (export_dir / f"{PROBLEM}_ct2" / "2" / "model.bin").is_file()  # 1 float32, 2 int8

@@ -2,11 +2,14 @@ r"""Decoding speed of a trained model: in-process (with and without the cache) a
 
     python tools/benchmark_decode.py --problem=multi30k_ende --data_dir=DATA --output_dir=RUN \
         [--checkpoint_path=...] [--num_sentences=100] [--batch_size=16] [--beam_size=4] \
-        [--alpha=0.6] [--source_file=TEXT] [--rounds=3] [--export_dir=DIR]
+        [--alpha=0.6] [--source_file=TEXT [--reference_file=TEXT]] [--rounds=3] \
+        [--export_dir=DIR] [--ctranslate2=auto|on|off] [--ct2_threads=N] [--no_uncached]
+    python tools/benchmark_decode.py --base_shape [--rounds=3]
 
 Decodes the first `num_sentences` dev sentences (or non-empty lines of `--source_file`)
 with the same beam search (beam `--beam_size`, alpha `--alpha`, both the problem's by
-default: 4 and 0.6) four ways, in one process:
+default: 4 and 0.6) four ways, in one process, and two more through CTranslate2 when it
+is installed (`--ctranslate2=auto`; `on` requires it):
 
 * in-process cached: the `Translator` (what the decoder command, the exporter and training
   BLEU use): the encoder runs once and every step feeds one token through `decode_step`,
@@ -16,7 +19,8 @@ default: 4 and 0.6) four ways, in one process:
   key and value with a select over the whole buffer and attends over all L_max slots with
   the unwritten ones masked out, so its attention work is O(L_max) per layer at every
   position, while the dense layers see one position;
-* in-process uncached: every step reruns the full `model.decode` on the whole prefix
+* in-process uncached (left out with `--no_uncached`, it is the slowest by far): every
+  step reruns the full `model.decode` on the whole prefix
   (tensor2tensor's slow path), so step i pushes all i positions through every layer
   (projections and feed-forward for i positions, O(i^2) self-attention work) and repeats
   the work of every earlier step;
@@ -26,9 +30,16 @@ default: 4 and 0.6) four ways, in one process:
 * SavedModel serving_default: the same SavedModel, text in, text out (tokenization and
   detokenization inside the graph).
 
-The export goes to a temporary folder, deleted at the end, or to `--export_dir` (as the
-next version of EXPORT_DIR/PROBLEM/, kept). Only the text SavedModel is written (its
-`translate_ids` is the ids-only SavedModel's signature).
+* CTranslate2 float32 and int8: the model exported by
+  `t2t_lite.export.export_ctranslate2` (`--format=ctranslate2`, without and with
+  `--quantization=int8`) and searched by the decoder's `--engine=ctranslate2`
+  (`CTranslate2Translator`) on `--ct2_threads` threads (default: this process's CPUs);
+  ids in, ids out. Its length penalty is CTranslate2's (docs/export.md), so outputs may
+  differ from ours where alpha > 0; the BLEU column says what that costs.
+
+The exports go to a temporary folder, deleted at the end, or to `--export_dir` (as the
+next version of EXPORT_DIR/PROBLEM/ and EXPORT_DIR/PROBLEM_ct2/, kept). Only the text
+SavedModel is written (its `translate_ids` is the ids-only SavedModel's signature).
 
 Every row sees the same sentences in the same length-sorted batches of `--batch_size`
 (dev sentences are detokenized, then tokenized again, so the text row and the ids rows
@@ -39,9 +50,18 @@ rows alike; each row reports its median round.
 
 Prints a table of sentences/s and target tokens/s (tokens of the best hypotheses, EOS not
 counted; for the text row, its translations tokenized again with the target vocabulary),
-the median seconds and their spread over the rounds ((max - min) / median), and how many
+the median seconds and their spread over the rounds ((max - min) / median), how many
 best hypotheses equal the cached in-process row's (for the text row: its translations
-against the cached ids detokenized, as the decoder command prints them).
+against the cached ids detokenized, as the decoder command prints them), and, with
+`--reference_file` (the references of `--source_file`, line for line), each row's
+sacreBLEU.
+
+`--base_shape` times the paper's base model instead, at the shape of
+`../shared/BENCHMARKS.md`'s decoding table: transformer_base with random weights and a
+37,000-token shared vocabulary, 32 sentences of 20 random source tokens in one batch,
+beam 4, alpha 0.6, 30 output tokens each (the length limit; random weights all but never
+choose EOS, so every output runs to it). Rows: the SavedModel's translate_ids and
+CTranslate2 float32 and int8.
 """
 
 from __future__ import annotations
@@ -52,11 +72,16 @@ import statistics
 import tempfile
 import time
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from t2t_lite import hparams
 from t2t_lite.decoding import beam_search
-from t2t_lite.export import export_model
+from t2t_lite.export import BeamSearcher, export_model
+from t2t_lite.export.exporter import TranslationModule
+from t2t_lite.metrics.bleu import sacrebleu_corpus
+from t2t_lite.models import build_transformer
 from t2t_lite.runs import load_trained_model
 from t2t_lite.search import (
     SearchConfig,
@@ -71,7 +96,11 @@ CACHED = "in-process cached (Translator)"
 UNCACHED = "in-process uncached (full decode/step)"
 SAVED_IDS = "SavedModel translate_ids (ids)"
 SAVED_TEXT = "SavedModel serving_default (text)"
+CT2_FLOAT32 = "CTranslate2 float32 (ids)"
+CT2_INT8 = "CTranslate2 int8 (ids)"
 ROWS = (CACHED, UNCACHED, SAVED_IDS, SAVED_TEXT)
+CT2_ROWS = (CT2_FLOAT32, CT2_INT8)
+BASE_VOCAB, BASE_SENTENCES, BASE_SOURCE, BASE_OUTPUT = 37_000, 32, 20, 30
 
 
 def uncached_search(model, config: SearchConfig):
@@ -140,6 +169,17 @@ def ids_runner(search, start_column: bool = True):
     return run
 
 
+def ct2_runner(translator):
+    """A batch runner of a `CTranslate2Translator`: (ids lists, texts) -> best hypotheses' ids."""
+
+    def run(batch_ids: list, batch_texts: list) -> list:
+        del batch_texts
+        ids, _ = translator.search(pad_batch(batch_ids))
+        return [strip_ids(beams[0]) for beams in ids]
+
+    return run
+
+
 def text_runner(signature):
     """A batch runner of a text signature: (ids lists, texts) -> best translations (str)."""
 
@@ -186,19 +226,26 @@ def time_rows(runners: dict, sentences: list, texts: list, batch_size: int, roun
     return results
 
 
-def summarize(results: dict, target_encoder) -> dict:
-    """Adds seconds (median), spread, rates, tokens and `same` (vs the cached row) to each row."""
-    reference = results[CACHED]["outputs"]
-    reference_text = [target_encoder.decode(ids) for ids in reference]
+def summarize(results: dict, target_encoder, references: list | None = None) -> dict:
+    """Adds seconds (median), spread, rates, tokens and `same` (vs the first row) to each row.
+
+    With `references` (one per sentence), also `bleu`: the row's sacreBLEU against them.
+    """
+    first = next(iter(results.values()))["outputs"]
+    first_text = [target_encoder.decode(ids) for ids in first]
     for result in results.values():
         outputs = result["outputs"]
         is_text = bool(outputs) and isinstance(outputs[0], str)
         if is_text:
             tokens = sum(len(target_encoder.encode(text)) for text in outputs)
-            same = sum(a == b for a, b in zip(outputs, reference_text))
+            same = sum(a == b for a, b in zip(outputs, first_text))
+            texts = outputs
         else:
             tokens = sum(len(ids) for ids in outputs)
-            same = sum(list(a) == list(b) for a, b in zip(outputs, reference))
+            same = sum(list(a) == list(b) for a, b in zip(outputs, first))
+            texts = [target_encoder.decode(ids) for ids in outputs]
+        if references is not None:
+            result["bleu"] = sacrebleu_corpus(texts, references).score
         seconds = statistics.median(result["times"])
         result.update(
             seconds=seconds,
@@ -212,19 +259,22 @@ def summarize(results: dict, target_encoder) -> dict:
 
 
 def format_table(results: dict, count: int) -> list:
-    """The printed table, one string per line."""
-    cached = results[CACHED]["seconds"]
+    """The printed table, one string per line; ratios and sameness are against the first row."""
+    first = next(iter(results))
+    label = "cached" if first == CACHED else "first"
+    bleu = all("bleu" in result for result in results.values())
     lines = [
         f"{'decoding':<40}{'sentences/s':>12}{'tokens/s':>10}{'seconds':>9}{'spread':>8}"
-        f"{'vs cached':>11}{'same as cached':>16}"
+        f"{'vs ' + label:>11}{'same as ' + label:>16}" + (f"{'sacreBLEU':>11}" if bleu else "")
     ]
     for name, result in results.items():
         spread = f"{result['spread']:.0%}"
-        ratio = f"{result['seconds'] / cached:.2f}x"
+        ratio = f"{result['seconds'] / results[first]['seconds']:.2f}x"
         same = f"{result['same']}/{count}"
         lines.append(
             f"{name:<40}{result['sentences_per_sec']:>12.2f}{result['tokens_per_sec']:>10.1f}"
             f"{result['seconds']:>9.2f}{spread:>8}{ratio:>11}{same:>16}"
+            + (f"{result['bleu']:>11.2f}" if bleu else "")
         )
     return lines
 
@@ -248,32 +298,150 @@ def export_and_load(trained, data_dir: str, export_dir: str, config: SearchConfi
     return result, tf.saved_model.load(result.text_dir), seconds
 
 
+def ctranslate2_wanted(setting: str) -> bool:
+    """Whether to add the CTranslate2 rows: `on`, or `auto` with ctranslate2 installed."""
+    if setting == "off":
+        return False
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        if setting == "on":
+            raise SystemExit(
+                'benchmark_decode: --ctranslate2=on needs ctranslate2: pip install "t2t_lite[ctranslate2]"'
+            ) from None
+        print("ctranslate2 is not installed: no CTranslate2 rows")
+        return False
+    return True
+
+
+def ct2_runners(trained, data_dir: str, export_dir: str, config: SearchConfig, threads: int):
+    """{row: runner} of the float32 and int8 CTranslate2 exports of `trained`."""
+    from t2t_lite.export.ctranslate2_export import export_ctranslate2
+    from t2t_lite.search.ctranslate2_search import CTranslate2Translator
+
+    runners = {}
+    for name, quantization in ((CT2_FLOAT32, None), (CT2_INT8, "int8")):
+        start = time.perf_counter()
+        exported = export_ctranslate2(
+            trained, data_dir, export_dir, f"{trained.problem.name}_ct2", config, quantization
+        )
+        print(
+            f"exported CTranslate2 {quantization or 'float32'} version {exported.version} in "
+            f"{time.perf_counter() - start:.1f} s: {exported.text_dir}"
+        )
+        translator = CTranslate2Translator(exported.text_dir, config, threads=threads)
+        runners[name] = ct2_runner(translator)
+    return runners
+
+
+def base_shape(args) -> dict:
+    """The `--base_shape` table: transformer_base, random weights, BENCHMARKS.md's shape."""
+    from t2t_lite.export import ctranslate2_spec
+    from t2t_lite.search.ctranslate2_search import CTranslate2Translator
+
+    keras_seed = 1
+    keras.utils.set_random_seed(keras_seed)
+    hp = hparams.get("transformer_base")
+    model = build_transformer(hp, BASE_VOCAB)
+    rng = np.random.default_rng(keras_seed)
+    sentences = [list(rng.integers(3, BASE_VOCAB, BASE_SOURCE)) for _ in range(BASE_SENTENCES)]
+    # Outputs of at most input (20 + EOS) + extra_length = 30 tokens.
+    extra = BASE_OUTPUT - BASE_SOURCE - 1
+    config = SearchConfig(
+        beam_size=4, alpha=0.6, extra_length=extra, max_input_length=hp.max_position - extra
+    )
+    print(
+        f"transformer_base, random weights, shared vocabulary {BASE_VOCAB:,}: {BASE_SENTENCES} "
+        f"sentences x {BASE_SOURCE} source tokens in one batch, beam 4, alpha 0.6, at most "
+        f"{BASE_OUTPUT} output tokens, {args.ct2_threads} CTranslate2 threads, median of "
+        f"{args.rounds} round(s)"
+    )
+    tokens = ["<pad>", "</s>"] + [f"t{i}" for i in range(2, BASE_VOCAB)]
+    with tempfile.TemporaryDirectory(prefix="benchmark_decode_base_") as temporary:
+        module = TranslationModule(BeamSearcher(model, config))
+        tf.saved_model.save(module, os.path.join(temporary, "saved"), module.signatures())
+        loaded = tf.saved_model.load(os.path.join(temporary, "saved"))
+        runners = {
+            SAVED_IDS: ids_runner(
+                lambda ids: loaded.signatures["translate_ids"](input_ids=ids), start_column=False
+            )
+        }
+        for name, quantization in ((CT2_FLOAT32, None), (CT2_INT8, "int8")):
+            folder = os.path.join(temporary, quantization or "float32")
+            # A fresh spec each time: converting one changes its weights in place.
+            spec = ctranslate2_spec.transformer_spec(model, tokens, tokens, hp.max_position)
+            ctranslate2_spec.SpecConverter(spec).convert(folder, quantization=quantization)
+            translator = CTranslate2Translator(folder, config, threads=args.ct2_threads)
+            runners[name] = ct2_runner(translator)
+        texts = [""] * len(sentences)
+        results = time_rows(runners, sentences, texts, BASE_SENTENCES, args.rounds)
+    target = _NumberedTokens()
+    summarize(results, target)
+    for line in format_table(results, len(sentences)):
+        print(line)
+    return results
+
+
+class _NumberedTokens:
+    """The base-shape rows' target "encoder": ids as text, for the sameness count."""
+
+    def decode(self, ids) -> str:
+        return " ".join(str(i) for i in ids)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problem", default="multi30k_ende")
     parser.add_argument("--data_dir", default="")
-    parser.add_argument("--output_dir", required=True)
+    parser.add_argument(
+        "--output_dir", default=None, help="the run (required but with --base_shape)"
+    )
     parser.add_argument("--checkpoint_path", default=None)
     parser.add_argument("--num_sentences", type=int, default=100)
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--beam_size", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=None, help="default: the problem's")
     parser.add_argument("--source_file", default=None, help="text to decode instead of dev")
+    parser.add_argument(
+        "--reference_file", default=None, help="references of --source_file: a BLEU column"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="timed runs of every row")
     parser.add_argument(
         "--export_dir", default=None, help="export here (kept); default: a temporary folder"
     )
+    parser.add_argument("--ctranslate2", choices=("auto", "on", "off"), default="auto")
+    parser.add_argument(
+        "--ct2_threads", type=int, default=len(os.sched_getaffinity(0)),
+        help="CTranslate2's threads; default: this process's CPUs",
+    )  # fmt: skip
+    parser.add_argument(
+        "--base_shape", action="store_true", help="time transformer_base at BENCHMARKS.md's shape"
+    )
+    parser.add_argument(
+        "--no_uncached", action="store_true", help="leave out the (slowest) uncached row"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.reference_file and not args.source_file:
+        parser.error("--reference_file needs --source_file (its references, line for line)")
+    if args.base_shape:
+        ctranslate2_wanted("on")
+        return base_shape(args)
+    if not args.output_dir:
+        parser.error("--output_dir (the trained run) is required")
+    with_ct2 = ctranslate2_wanted(args.ctranslate2)
 
     trained = load_trained_model(args.problem, args.data_dir, args.output_dir, args.checkpoint_path)
     config = SearchConfig.for_problem(
         trained.problem, trained.hp, beam_size=args.beam_size, alpha=args.alpha
     )
     encoders = trained.problem.encoders(args.data_dir)
+    references = None
     if args.source_file:
         texts = file_lines(args.source_file, args.num_sentences)
+        if args.reference_file:
+            references = reference_lines(args.source_file, args.reference_file, len(texts))
     else:
         dev = dev_sentences(trained.problem, args.data_dir, args.num_sentences)
         texts = [encoders["inputs"].decode(ids) for ids in dev]
@@ -297,17 +465,36 @@ def main(argv=None) -> dict:
         )
         runners = {
             CACHED: ids_runner(Translator(trained.model, config).search),
-            UNCACHED: ids_runner(uncached_search(trained.model, config)),
             SAVED_IDS: ids_runner(
                 lambda ids: loaded.signatures["translate_ids"](input_ids=ids), start_column=False
             ),
             SAVED_TEXT: text_runner(loaded.signatures["serving_default"]),
         }
+        if not args.no_uncached:
+            runners[UNCACHED] = ids_runner(uncached_search(trained.model, config))
+        if with_ct2:
+            runners.update(
+                ct2_runners(trained, args.data_dir, export_dir, config, args.ct2_threads)
+            )
         results = time_rows(runners, sentences, texts, args.batch_size, args.rounds)
-    summarize(results, encoders["targets"])
+    summarize(results, encoders["targets"], references)
     for line in format_table(results, len(sentences)):
         print(line)
     return results
+
+
+def reference_lines(source_file: str, reference_file: str, count: int) -> list:
+    """The references of the first `count` non-empty lines of `source_file`, stripped."""
+    with open(source_file, encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    with open(reference_file, encoding="utf-8") as f:
+        references = f.read().splitlines()
+    if len(references) != len(sources):
+        raise SystemExit(
+            f"benchmark_decode: {reference_file} has {len(references):,} lines and "
+            f"{source_file} {len(sources):,}; give the references of the source file, line for line"
+        )
+    return [ref.strip() for src, ref in zip(sources, references) if src.strip()][:count]
 
 
 if __name__ == "__main__":
