@@ -229,3 +229,13 @@ def test_bad_sampling_arguments_are_explained():
     run = tf.function(lambda: greedy_search(stateless_fn(MARKOV), [PAD], 3), jit_compile=True)
     with pytest.raises(ValueError, match="padded_ids=True"):
         run()
+
+
+def test_unpadded_ids_under_xla_are_refused_before_they_read_padding():
+    # The check reads a private TensorFlow function; a release that moves it must fail here,
+    # not let XLA's padded prefix be read as the current token.
+    table = random_table(7)
+    run = tf.function(lambda: greedy_search(stateless_fn(table), [PAD, A], 6), jit_compile=True)
+    with pytest.raises(ValueError, match="running under XLA"):
+        run()
+    tf.function(lambda: greedy_search(stateless_fn(table), [PAD, A], 6))()  # no XLA: allowed
