@@ -32,7 +32,8 @@ FLAGS_BY_SCRIPT = {
     "t2t-trainer": [
         "--problem", "--hparams_set", "--hparams", "--data_dir", "--output_dir",
         "--train_steps", "--generate_data", "--raw_dir", "--registry_help", "--eval_every",
-        "--save_every", "--keep_checkpoints", "--strategy", "--train_minutes",
+        "--save_every", "--keep_checkpoints", "--strategy", "--train_minutes", "--keep_best",
+        "--early_stopping",
     ],
     "t2t-datagen": [
         "--problem", "--data_dir", "--raw_dir", "--vocab_size", "--source", "--tfds_data_dir",
@@ -41,7 +42,8 @@ FLAGS_BY_SCRIPT = {
     "t2t-decoder": [
         "--problem", "--data_dir", "--output_dir", "--checkpoint_path", "--decode_from_file",
         "--decode_to_file", "--reference_file", "--decode_interactive", "--beam_size",
-        "--alpha", "--return_beams",
+        "--alpha", "--return_beams", "--score_file", "--output_format", "--engine",
+        "--ct2_model",
     ],
     "t2t-exporter": [
         "--problem", "--data_dir", "--output_dir", "--checkpoint_path", "--export_dir",
@@ -49,6 +51,10 @@ FLAGS_BY_SCRIPT = {
     ],
     "t2t-serve": ["--model_dir", "--host", "--port", "--max_batch_size"],
     "t2t-evalb": ["-p", "-d", "-e", "--style", "--ignore_outer_bracket"],
+    "t2t-attention": [
+        "--problem", "--data_dir", "--output_dir", "--checkpoint_path", "--sentence",
+        "--from_file", "--line", "--target", "--image_dir",
+    ],
     "t2t-avg-checkpoints": ["--output_dir", "--num_last", "--averaged_dir", "--allow_fewer"],
 }  # fmt: skip
 
@@ -125,7 +131,9 @@ def test_missions_command_defaults_and_missing_data_message(hparams_set, args, b
     assert result.stderr.startswith(f"t2t_lite.trainer: {data}/wmt14_ende/metadata.json: not found")
     assert f"`python -m t2t_lite.datagen --problem=wmt14_ende --data_dir={data}`" in result.stderr
     assert "--generate_data" in result.stderr
-    assert sorted(p.name for p in home.iterdir() if p.name != ".keras") == []
+    # Keras's own settings, and matplotlib's cache and settings that Keras's import writes.
+    tools_own = {".keras", ".cache", ".config"}
+    assert sorted(p.name for p in home.iterdir() if p.name not in tools_own) == []
 
 
 def test_relative_data_dir_is_named_absolute(tmp_path):
