@@ -33,7 +33,7 @@ FLAGS_BY_SCRIPT = {
         "--problem", "--hparams_set", "--hparams", "--data_dir", "--output_dir",
         "--train_steps", "--generate_data", "--raw_dir", "--registry_help", "--eval_every",
         "--save_every", "--keep_checkpoints", "--strategy", "--train_minutes", "--keep_best",
-        "--early_stopping",
+        "--early_stopping", "--warm_start_from", "--warm_start_vocab",
     ],
     "t2t-datagen": [
         "--problem", "--data_dir", "--raw_dir", "--vocab_size", "--source", "--tfds_data_dir",

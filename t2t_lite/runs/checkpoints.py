@@ -5,7 +5,8 @@ restore itself follows) is walked from its `model` node alongside the model's ow
 trackable children, and every variable is looked up by that path. The trainer (resuming)
 and the decoder and exporter (restoring) check this before restoring, so a checkpoint
 of another model is one message naming the first variables that differ, instead of one
-TensorFlow warning per unmatched value.
+TensorFlow warning per unmatched value. `variable_keys` gives the same walk's checkpoint key
+of each model variable to a caller that reads values one by one (warm start).
 """
 
 from __future__ import annotations
@@ -58,14 +59,46 @@ def checkpoint_mismatches(model: keras.Model, path: str) -> tuple[list[str], int
             `model`.
     """
     graph, shapes = _read_object_graph(path)
+    mismatches, count = [], 0
+    for name, variable, key in _walk(model, graph, path):
+        if variable is None:
+            mismatches.append(f"{name}: not in the model (found {list(shapes[key])})")
+            continue
+        count += 1
+        found = shapes.get(key) if key else None
+        if found is None:
+            mismatches.append(f"{name}: missing in the checkpoint")
+        elif list(found) != list(variable.shape):
+            mismatches.append(f"{name}: expected {list(variable.shape)}, found {list(found)}")
+    return mismatches, count
+
+
+def variable_keys(model: keras.Model, path: str) -> list[tuple[str, object, str | None]]:
+    """(name, variable, checkpoint key or None) of every variable of `model`.
+
+    The keys `checkpoint_mismatches` compares, for reading values one by one (warm start
+    takes what fits and leaves the rest): `tf.train.load_checkpoint(path).get_tensor(key)`.
+
+    Raises:
+        CheckpointError: as `checkpoint_mismatches`.
+    """
+    graph, _ = _read_object_graph(path)
+    return [(name, var, key) for name, var, key in _walk(model, graph, path) if var is not None]
+
+
+def _walk(model: keras.Model, graph, path: str) -> Iterator[tuple[str, object, str | None]]:
+    """The checkpoint's `model` node walked alongside `model`, depth first in a fixed order.
+
+    Yields (name, the model's variable, its checkpoint key or None) for each variable of
+    the model, and (name, None, key) for each variable saved where the model has none.
+    """
     model_node = _child_nodes(graph, 0).get("model")
     if model_node is None:
         raise CheckpointError(
             f"checkpoint {path} saves no object named 'model' (it holds "
             f"{sorted(_child_nodes(graph, 0))}); it is not a t2t_lite training checkpoint"
         )
-    mismatches, count, seen = [], 0, set()
-    stack = [(model, model_node, "model")]
+    stack, seen = [(model, model_node, "model")], set()
     while stack:
         obj, node, name = stack.pop()
         if node is not None and node in seen:
@@ -73,13 +106,7 @@ def checkpoint_mismatches(model: keras.Model, path: str) -> tuple[list[str], int
         if node is not None:
             seen.add(node)
         if isinstance(obj, (keras.Variable, tf.Variable)):
-            count += 1
-            key = _variable_key(graph, node)
-            found = shapes.get(key) if key else None
-            if found is None:
-                mismatches.append(f"{name}: missing in the checkpoint")
-            elif list(found) != list(obj.shape):
-                mismatches.append(f"{name}: expected {list(obj.shape)}, found {list(found)}")
+            yield name, obj, _variable_key(graph, node)
             continue
         children = tf.train.TrackableView.children(obj)
         saved = _child_nodes(graph, node) if node is not None else {}
@@ -87,10 +114,7 @@ def checkpoint_mismatches(model: keras.Model, path: str) -> tuple[list[str], int
             stack.append((children[child_name], saved.get(child_name), f"{name}/{child_name}"))
         for extra in sorted(set(saved) - set(children)):
             for extra_name, extra_key in _saved_variables(graph, saved[extra], f"{name}/{extra}"):
-                mismatches.append(
-                    f"{extra_name}: not in the model (found {list(shapes[extra_key])})"
-                )
-    return mismatches, count
+                yield extra_name, None, extra_key
 
 
 def _read_object_graph(path: str):

@@ -105,6 +105,19 @@ class RunConfig:
         "score (needs --keep_best, whose metric it watches); 0 never stops early.",
         0,
     )
+    warm_start_from: str | None = _field(
+        None,
+        "Start a new run from this checkpoint prefix or run folder (its newest checkpoint; "
+        "RUN/best for its best): model variables of the same name and shape are copied, the "
+        "optimizer starts fresh at step 0. Ignored when --output_dir has checkpoints (the run "
+        "resumes from them).",
+    )
+    warm_start_vocab: str | None = _field(
+        None,
+        "With --warm_start_from: the SentencePiece .model of the source run's vocabulary; "
+        "embedding rows are carried over by piece to this problem's vocabulary (new pieces "
+        "keep fresh rows).",
+    )
 
     def __post_init__(self):
         self.check()
@@ -130,11 +143,17 @@ class RunConfig:
                 f"--early_stopping={self.early_stopping}: needs --keep_best=loss or "
                 "--keep_best=bleu, the dev score it watches"
             )
+        if self.warm_start_vocab and not self.warm_start_from:
+            raise RunDirError(
+                f"--warm_start_vocab={self.warm_start_vocab}: needs --warm_start_from, the "
+                "checkpoint whose embedding rows it maps"
+            )
 
 
 # How each field type becomes a flag.
 _DEFINE = {
     "str": flags.DEFINE_string,
+    "str | None": flags.DEFINE_string,
     "int": flags.DEFINE_integer,
     "int | None": flags.DEFINE_integer,
     "float": flags.DEFINE_float,
@@ -186,4 +205,6 @@ def resolve(config: RunConfig, hp) -> RunConfig:
         output_dir=absolute(config.output_dir),
         data_dir=absolute(config.data_dir),
         train_steps=steps,
+        warm_start_from=absolute(config.warm_start_from),
+        warm_start_vocab=absolute(config.warm_start_vocab),
     )

@@ -1,7 +1,8 @@
 """`train_and_evaluate`: the whole training run behind `python -m t2t_lite.trainer`.
 
 The loop: build the model and Adam under the strategy's scope, restore the newest
-checkpoint of `output_dir` if there is one, then repeat {update, log every `log_every`,
+checkpoint of `output_dir` if there is one (else warm-start the model from
+`warm_start_from` if set, `warm_start`), then repeat {update, log every `log_every`,
 evaluate every `eval_every` (and keep the best, `best`), save every `save_every`} until
 `train_steps` updates have been made or early stopping ends it. Checkpoints hold the
 model, the optimizer (with its step counter, the global step) and nothing else.
@@ -39,7 +40,15 @@ from t2t_lite.problems import pipeline
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.progress import Progress
 from t2t_lite.search import without_eos
-from t2t_lite.training import best, bleu_eval, cpu_features, distribute, host_memory, saving
+from t2t_lite.training import (
+    best,
+    bleu_eval,
+    cpu_features,
+    distribute,
+    host_memory,
+    saving,
+    warm_start,
+)
 from t2t_lite.training.compile_log import CompileLog, use_xla
 from t2t_lite.training.resume import data_seed, resume_or_start, worker_dirs
 from t2t_lite.training.run_config import RunConfig, resolve
@@ -162,6 +171,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     problem = problems_lib.get(config.problem)
     best.check_metric(config.keep_best, config.eval_bleu_sentences, problem)
     problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
+    source = warm_start.find_source(config)  # None unless a new run warm-starts
     run_dir.prepare(config.output_dir)
     run_dir.check_resume(config.output_dir, hp, config.problem)
     try:
@@ -183,9 +193,10 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
             f"resumed from {latest} at step {step}; training data shuffled with seed "
             f"{data_seed(config.seed, step)} (from seed {config.seed} and step {step})"
         )
+    warm = warm_start.for_run(model, source, config, problem, latest, printer)
     tracker = best.BestTracker.resume(config, checkpoint_dir, step, is_chief, printer)
     if is_chief:
-        _write_run_files(config, hp, problem, strategy, accumulate, model, tracker.record())
+        _write_run_files(config, hp, problem, strategy, accumulate, model, tracker.record(), warm)
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
     warning = cpu_features.bfloat16_warning(hp.dtype_policy, on_cpu=not use_xla(None, strategy))
     if warning:
@@ -225,7 +236,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     )
 
 
-def _write_run_files(config, hp, problem, strategy, accumulate, model, keep_best) -> None:
+def _write_run_files(config, hp, problem, strategy, accumulate, model, keep_best, warm) -> None:
     run_dir.write_run_files(
         config.output_dir,
         hp,
@@ -239,6 +250,7 @@ def _write_run_files(config, hp, problem, strategy, accumulate, model, keep_best
             "accumulation_steps": accumulate,
             "parameters": model.count_params(),
             best.MANIFEST_KEY: keep_best,
+            **({warm_start.MANIFEST_KEY: warm} if warm else {}),
         },
     )
 
