@@ -228,12 +228,15 @@ def test_a_checkpoint_that_shares_nothing_is_one_line_naming_it(tmp_path, object
     [
         ("missing", "--warm_start_from: checkpoint {path} does not exist (no .index file); give"),
         ("empty_folder", "--warm_start_from: no checkpoint in folder {path}; give a run folder"),
+        ("stub", "--warm_start_from={path}: no variable of it fits this model"),
     ],
 )
-def test_a_source_that_is_not_there_is_refused_before_anything_is_made(tmp_path, name, message):
+def test_a_source_that_is_not_there_or_does_not_fit_leaves_nothing_behind(tmp_path, name, message):
     path = tmp_path / name
     if name == "empty_folder":
         path.mkdir()
+    if name == "stub":  # a checkpoint that shares no variable with the model
+        path = tf.train.Checkpoint(model=_Stub()).write(str(path))
     config = _config(tmp_path / "new", warm_start_from=str(path))
     with pytest.raises(run_dir.RunDirError) as error:
         trainer.train_and_evaluate(config, _hp())

@@ -172,6 +172,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     best.check_metric(config.keep_best, config.eval_bleu_sentences, problem)
     problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
     source = warm_start.find_source(config)  # None unless a new run warm-starts
+    created = not os.path.isdir(config.output_dir)
     run_dir.prepare(config.output_dir)
     run_dir.check_resume(config.output_dir, hp, config.problem)
     try:
@@ -193,7 +194,12 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
             f"resumed from {latest} at step {step}; training data shuffled with seed "
             f"{data_seed(config.seed, step)} (from seed {config.seed} and step {step})"
         )
-    warm = warm_start.for_run(model, source, config, problem, latest, printer)
+    try:
+        warm = warm_start.for_run(model, source, config, problem, latest, printer)
+    except run_dir.RunDirError:
+        if created and not os.listdir(config.output_dir):
+            os.rmdir(config.output_dir)  # a source that does not fit leaves nothing behind
+        raise
     tracker = best.BestTracker.resume(config, checkpoint_dir, step, is_chief, printer)
     if is_chief:
         _write_run_files(config, hp, problem, strategy, accumulate, model, tracker.record(), warm)
