@@ -33,6 +33,9 @@ setup(
         "tensorflow-text>=2.21,<2.22",
         "keras>=3.10,<4",
         "tensorflow-datasets>=4.9,<5",
+        # TFDS's WMT builders import it on every Python, but TFDS declares it only for
+        # Python < 3.9; without it `--source=tfds` fails at its first step.
+        "importlib_resources>=6",
         "sentencepiece>=0.2,<0.3",
         "sacrebleu>=2.4,<3",
         "sacremoses>=0.1,<0.3",
