@@ -17,6 +17,8 @@ import gzip
 import hashlib
 import itertools
 import os
+import re
+import shutil
 import zlib
 
 
@@ -124,13 +126,53 @@ class TfdsCorpus:
         self._builder = None
 
     def builder(self):
-        """The prepared TFDS builder (downloads and prepares on first use)."""
+        """The prepared TFDS builder (downloads and prepares on first use).
+
+        Raises:
+            DataError: one line naming the URL that could not be fetched (or the module
+                that is missing) and the raw-files alternative. What the failed attempt
+                wrote under TFDS's data folder is removed, so nothing half-made remains.
+        """
         if self._builder is None:
             import tensorflow_datasets as tfds
 
-            self._builder = tfds.builder(self.builder_name, data_dir=self.data_dir)
-            self._builder.download_and_prepare()
+            builder = tfds.builder(self.builder_name, data_dir=self.data_dir)
+            # DATA_DIR/<dataset>/<config>/<version>: its downloads go to DATA_DIR/downloads.
+            root = os.path.dirname(os.path.dirname(os.path.dirname(builder.data_dir)))
+            touched = (
+                [root]
+                if not os.path.lexists(root)
+                else [
+                    os.path.join(root, "downloads"),
+                    os.path.join(root, self.builder_name.split("/")[0]),
+                ]
+            )
+            before = set().union(*(_paths_under(path) for path in touched))
+            try:
+                builder.download_and_prepare()
+            except Exception as error:  # noqa: BLE001 (TFDS raises many kinds; all end here)
+                for path in touched:
+                    _remove_new_paths(path, before)
+                raise DataError(self._failure(error)) from None
+            self._builder = builder
         return self._builder
+
+    def _failure(self, error: BaseException) -> str:
+        what = f"TensorFlow Datasets could not prepare {self.builder_name}"
+        alternative = (
+            "put the WMT archives or their extracted text files in a folder and pass "
+            "--raw_dir=DIR (docs/data.md lists them), or run datagen with --download"
+        )
+        missing = _missing_module(error)
+        if missing:
+            return (
+                f"{what}: it needs the Python module {missing!r}, which is not installed "
+                f"(pip install {missing.split('.')[0]}); or {alternative}"
+            )
+        url = _failed_url(error)
+        where = f" downloading {url}" if url else ""
+        reason = " ".join(str(error).split())[:300]
+        return f"{what}:{where} failed ({type(error).__name__}: {reason}); {alternative}"
 
     def identity(self) -> dict:
         return {"tfds": self.builder_name, "version": str(self.builder().info.version)}
@@ -204,3 +246,52 @@ def file_digest(path: str) -> list:
         while block := f.read(1 << 20):
             sha.update(block)
     return [os.path.basename(path), sha.hexdigest()]
+
+
+def _chain(error: BaseException):
+    """`error` and the exceptions it was raised from or during, outermost first."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _missing_module(error: BaseException) -> str | None:
+    for link in _chain(error):
+        if isinstance(link, ModuleNotFoundError) and link.name:
+            return link.name
+    return None
+
+
+def _failed_url(error: BaseException) -> str | None:
+    """The URL a download error names: the request's, else the first in a message."""
+    for link in _chain(error):
+        request = getattr(link, "request", None)
+        if getattr(request, "url", None):
+            return request.url
+    for link in _chain(error):
+        found = re.search(r"https?://[^\s'\"),]+", str(link))
+        if found:
+            return found.group(0).rstrip(".,;:")
+    return None
+
+
+def _paths_under(root: str) -> set:
+    """Every file and folder below `root` (and `root` itself), as paths."""
+    found = {root} if os.path.lexists(root) else set()
+    for folder, dirs, files in os.walk(root):
+        found.update(os.path.join(folder, name) for name in dirs + files)
+    return found
+
+
+def _remove_new_paths(root: str, before: set) -> None:
+    """Removes what appeared under `root` since `before` was taken, deepest first."""
+    for path in sorted(_paths_under(root) - before, key=len, reverse=True):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path) if not os.listdir(path) else shutil.rmtree(path)
+            else:
+                os.remove(path)
+        except FileNotFoundError:
+            pass

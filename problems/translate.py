@@ -164,7 +164,6 @@ class TranslateProblem(Problem):
             The metadata, with "status" "generated" or "up to date".
         """
         folder = self.folder(data_dir)
-        os.makedirs(folder, exist_ok=True)
         if tfds_data_dir is None:
             corpus = self.corpus(data_dir, raw_dir, source)
         elif self.tfds_name:
@@ -184,7 +183,8 @@ class TranslateProblem(Problem):
         symbols = self.vocab_symbols(corpus)
         if symbols:
             settings["user_symbols"] = symbols
-        inputs = corpus.identity()
+        inputs = corpus.identity()  # reads (or, from TFDS, downloads) the corpus: may fail
+        os.makedirs(folder, exist_ok=True)
         fingerprint = records.digest(json.dumps([settings, inputs], sort_keys=True).encode())[:16]
         progress = progress or Progress()
         old = records.load_json(os.path.join(folder, METADATA_FILE))
