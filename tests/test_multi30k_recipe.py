@@ -1,0 +1,71 @@
+"""tools/multi30k_recipe.py: the precision it trains in and the speed it reports.
+
+The recipe itself runs for 30 minutes and is measured by hand (docs/quality.md); these tests
+cover the parts it decides from the machine.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "multi30k_recipe.py"
+WITH_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_tile\n"
+WITHOUT_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"
+
+
+@pytest.fixture(scope="module")
+def recipe():
+    spec = importlib.util.spec_from_file_location("multi30k_recipe", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_auto_trains_in_bfloat16_only_on_a_cpu_that_multiplies_it(recipe, tmp_path):
+    with_bf16, without = tmp_path / "with", tmp_path / "without"
+    with_bf16.write_text(WITH_BF16)
+    without.write_text(WITHOUT_BF16)
+    choose = recipe.training_dtype_policy
+    assert choose("auto", "float32", False, str(with_bf16)) == "mixed_bfloat16"
+    assert choose("auto", "float32", False, str(without)) == "float32"
+    assert choose("auto", "float32", False, str(tmp_path / "unreadable")) == "float32"
+    # A GPU keeps the set's policy, whatever its host CPU has.
+    assert choose("auto", "float32", True, str(with_bf16)) == "float32"
+    assert choose("auto", "mixed_float16", True, str(with_bf16)) == "mixed_float16"
+    # The set's own policy, and an explicit choice, are kept everywhere.
+    assert choose("set", "float32", False, str(with_bf16)) == "float32"
+    assert choose("float32", "float32", False, str(with_bf16)) == "float32"
+    assert choose("mixed_bfloat16", "float32", False, str(without)) == "mixed_bfloat16"
+
+
+def test_the_policy_reaches_the_hparams_and_an_explicit_override_wins(recipe, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(WITH_BF16)
+    base = ["--raw_dir=r", "--work_dir=w"]
+    args = recipe._arguments(base)
+    assert args.dtype_policy == "set"
+    hp = recipe.recipe_hparams(args, has_gpu=False, cpuinfo_path=str(cpuinfo))
+    assert (hp.dtype_policy, hp.hidden_size) == ("float32", 256)
+    args = recipe._arguments(base + ["--dtype_policy=auto"])
+    hp = recipe.recipe_hparams(args, has_gpu=False, cpuinfo_path=str(cpuinfo))
+    assert hp.dtype_policy == "mixed_bfloat16"
+    args = recipe._arguments(
+        base + ["--dtype_policy=auto", "--hparams=dtype_policy=float32,dropout=0.2"]
+    )
+    hp = recipe.recipe_hparams(args, has_gpu=False, cpuinfo_path=str(cpuinfo))
+    assert (hp.dtype_policy, hp.dropout) == ("float32", 0.2)
+    with pytest.raises(SystemExit):
+        recipe._arguments(base + ["--dtype_policy=float16"])
+
+
+def test_the_reported_rate_is_the_median_of_the_logged_rates(recipe, tmp_path):
+    writer = tf.summary.create_file_writer(str(tmp_path))
+    with writer.as_default():
+        for step, rate in enumerate([100.0, 4000.0, 3000.0, 3500.0, 2000.0], start=1):
+            tf.summary.scalar("train/tokens_per_sec", rate, step=step)
+            tf.summary.scalar("train/loss", 7.0, step=step)
+    writer.close()
+    assert recipe._median_tokens_per_sec(str(tmp_path)) == 3000.0
+    assert recipe._median_tokens_per_sec(str(tmp_path / "none")) is None
