@@ -1,4 +1,4 @@
-"""Every command the documentation shows uses only flags its program defines.
+"""Every command the documentation shows uses only flags its program defines; links resolve.
 
 README.md and docs/*.md are read for commands in fenced blocks, indented blocks and inline
 code spans that start a program: `python -m t2t_lite.X`, a console script `t2t-X` (mapped
@@ -253,3 +253,29 @@ def test_a_bogus_flag_is_named_with_its_file_and_line(known_programs):
         "page.md:10: t2t_lite.evalb: -x is not one of its options "
         "(python -m t2t_lite.evalb -p COLLINS.prm -x GOLD TEST)",
     ]
+
+
+def _anchors(page: str) -> set:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to -."""
+    anchors = set()
+    for heading in re.findall(r"^#+ +(.+)$", page, re.M):
+        anchor = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(anchor)
+    return anchors
+
+
+def test_links_between_pages_resolve():
+    problems = []
+    for path in DOC_FILES:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for target in re.findall(r"\]\(([^)\s]+)\)", line):
+                if re.match(r"[a-z]+://", target):
+                    continue
+                file_part, _, anchor = target.partition("#")
+                linked = (path.parent / file_part).resolve() if file_part else path
+                label = f"{path.relative_to(REPO)}:{number}: ({target})"
+                if not linked.exists():
+                    problems.append(f"{label} names no file")
+                elif anchor and anchor not in _anchors(linked.read_text()):
+                    problems.append(f"{label} names no heading of {linked.name}")
+    assert not problems, "broken links:\n" + "\n".join(problems)
