@@ -30,6 +30,12 @@ flags.DEFINE_string(
     "raw_dir", None, "With --generate_data: folder of raw text files; default "
     "DATA_DIR/<problem>/raw, else TensorFlow Datasets where the problem offers it."
 )  # fmt: skip
+flags.DEFINE_integer(
+    "vocab_size", None,
+    "With --generate_data: shared vocabulary size; default: the problem's own.",
+    lower_bound=1,
+)  # fmt: skip
+cli.define_download_flags()
 flags.DEFINE_bool(
     "registry_help", False, "Print the registered problems and hparams sets, then exit."
 )
@@ -82,14 +88,22 @@ def _generate_data_if_missing(problem, data_dir: str) -> None:
         return
     except DataError:
         pass
-    raw = f" --raw_dir={FLAGS.raw_dir}" if FLAGS.raw_dir else ""
+    options, same = {}, ""
+    for name in ("raw_dir", "vocab_size", "download", "download_mirror", "download_checksums"):
+        if FLAGS[name].value:
+            same += f" --{name}" + ("" if FLAGS[name].value is True else f"={FLAGS[name].value}")
+    if FLAGS.vocab_size:
+        options["vocab_size"] = FLAGS.vocab_size
     print(
         f"generating the data of {problem.name} under {data_dir} (as python -m "
-        f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{raw} would)",
+        f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{same} would)",
         flush=True,
     )
     try:
-        metadata = problem.generate_data(data_dir, FLAGS.raw_dir)
+        download = cli.download_source(FLAGS)
+        if download is not None:
+            options["download"] = download
+        metadata = problem.generate_data(data_dir, FLAGS.raw_dir, **options)
     except ValueError as error:  # DataError names the file; others, a setting that cannot work
         if isinstance(error, DataError):
             raise
