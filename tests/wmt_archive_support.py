@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.server
 import io
 import re
+import socket
 import tarfile
+import threading
 from pathlib import Path
 
 # Which real news set stands in for which training corpus, and how many lines of it.
@@ -218,3 +221,80 @@ def sha256sums(folder: Path) -> str:
         for path in sorted(folder.iterdir())
         if path.suffix in (".tgz", ".tar")
     )
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """GET of the server's folder by file name, with `Range: bytes=N-` and planned drops."""
+
+    def do_GET(self):  # noqa: N802 (the name http.server calls)
+        server = self.server
+        name = self.path.removeprefix("/wmt14/")  # The mirror's files are under /wmt14/.
+        server.requests.append((name, self.headers.get("Range")))
+        path = server.folder / name
+        if "/" in name or not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = 0
+        wanted = re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range") or "")
+        if wanted:
+            start = int(wanted.group(1))
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        cut = server.drops.get(name)
+        if cut and cut[1] > 0:
+            cut[1] -= 1  # The connection breaks after cut[0] bytes of the body.
+            self.wfile.write(body[: cut[0]])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class ArchiveServer:
+    """A threading HTTP server on 127.0.0.1 serving `folder`'s files by name.
+
+    `drops[name] = [bytes, times]` breaks the next `times` transfers of `name` after
+    `bytes` bytes; `requests` lists (name, Range header) of every GET.
+    """
+
+    def __init__(self, folder: Path):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd.folder = folder
+        self.httpd.requests = []
+        self.httpd.drops = {}
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/wmt14"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def requests(self) -> list:
+        return self.httpd.requests
+
+    @property
+    def drops(self) -> dict:
+        return self.httpd.drops
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=30)
