@@ -6,6 +6,7 @@ first if it is missing) and writes the run to --output_dir (default
 --registry_help lists the problems and hparams sets.
 """
 
+import logging as pylogging
 import sys
 
 from absl import app, flags, logging
@@ -99,6 +100,8 @@ def _generate_data_if_missing(problem, data_dir: str) -> None:
         f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{same} would)",
         flush=True,
     )
+    # Datagen's progress lines (downloads, stages) show as under the datagen command.
+    pylogging.getLogger("t2t_lite.datagen").setLevel(pylogging.INFO)
     try:
         download = cli.download_source(FLAGS)
         if download is not None:

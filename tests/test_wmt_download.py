@@ -180,6 +180,7 @@ def test_checksums_file_lines_are_checked(tmp_path):
     assert download.read_checksums(str(sums)) == {"dev.tgz": "a" * 64}
 
 
+@pytest.mark.slow
 def test_datagen_command_downloads_with_progress_and_says_what_failed(
     served, tmp_path, shared_data
 ):
@@ -221,3 +222,16 @@ def test_datagen_command_downloads_with_progress_and_says_what_failed(
     assert "wmt14_ende: generated" in result.stdout
     test_pairs = len(support.test_lines(shared_data, "de")[0])
     assert f"  test: {test_pairs:,} examples in 1 shards" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["datagen", "trainer"])
+def test_help_lists_the_download_flags(module):
+    result = subprocess.run(
+        [sys.executable, "-m", f"t2t_lite.{module}", "--help"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    listed = result.stdout.replace("--[no]", "--")
+    for flag in ("--download:", "--download_mirror:", "--download_checksums:", "--vocab_size:"):
+        assert f"\n  {flag}" in listed, flag
