@@ -199,14 +199,34 @@ def _mismatch(path: str, file) -> str:
     for algorithm in ("sha256", "md5"):
         expected = getattr(file, algorithm, None)
         if expected:
-            digest = hashlib.new(algorithm)
-            with open(path, "rb") as f:
-                while block := f.read(CHUNK):
-                    digest.update(block)
-            if digest.hexdigest() != expected:
-                return f"has {algorithm} {digest.hexdigest()}, not the {expected} recorded"
-            return ""
+            digest = digest_of(path, algorithm)
+            return (
+                ""
+                if digest == expected
+                else f"has {algorithm} {digest}, not the {expected} recorded"
+            )
     return ""
+
+
+_DIGESTS: dict = {}
+
+
+def digest_of(path: str, algorithm: str = "sha256") -> str:
+    """The hex digest of a file, computed once per file version in this process.
+
+    A version is the file's identity and state (device, inode, size, modification time),
+    which a rename keeps: the check of a finished download also serves the data
+    fingerprint of the same run.
+    """
+    status = os.stat(path)
+    key = (algorithm, status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _DIGESTS:
+        digest = hashlib.new(algorithm)
+        with open(path, "rb") as f:
+            while block := f.read(CHUNK):
+                digest.update(block)
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
 
 
 def _by_hand(path: str) -> str:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
-import hashlib
 import os
 import tarfile
 import zlib
 
 from t2t_lite.problems import sgml
 from t2t_lite.problems.corpus import DataError, decode_utf8
+from t2t_lite.problems.download import digest_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,22 +205,6 @@ def _size(size: int | None) -> str:
     return f"{size / 1e6:,.1f} MB from " if size else ""
 
 
-_DIGESTS: dict = {}
-
-
-def sha256_of(path: str) -> str:
-    """The sha256 of a file, computed once per (path, size, modification time)."""
-    status = os.stat(path)
-    key = (os.path.abspath(path), status.st_size, status.st_mtime_ns)
-    if key not in _DIGESTS:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                digest.update(block)
-        _DIGESTS[key] = digest.hexdigest()
-    return _DIGESTS[key]
-
-
 class ArchiveCorpus:
     """The WMT14 corpus of one language pair, read from WMT's archives in `raw_dir`.
 
@@ -247,7 +231,7 @@ class ArchiveCorpus:
     def identity(self) -> dict:
         """The archives' content hashes and the members read: what the fingerprint covers."""
         return {
-            "archives": [[a.name, sha256_of(self._path(a.name))] for a in self.archives],
+            "archives": [[a.name, digest_of(self._path(a.name))] for a in self.archives],
             "members": {
                 split: [[m.archive, m.source, m.target] for m in members]
                 for split, members in self.layout.items()
