@@ -5,6 +5,7 @@ from real news sentences of ../shared/data; the extracted text is written from t
 sentences independently, as `tar x` and `sacrebleu --echo` would give it.
 """
 
+import logging
 import subprocess
 import sys
 import tarfile
@@ -71,7 +72,7 @@ def _generate(problem_name, data_dir, raw_dir):
 
 @pytest.mark.parametrize("other", ["de", "fr"])
 def test_datagen_from_archives_gives_the_examples_of_the_extracted_files(
-    other, tmp_path, shared_data
+    other, tmp_path, shared_data, caplog
 ):
     extracted = support.build(tmp_path / "archives", shared_data, other)
     support.write_extracted(tmp_path / "text", extracted)
@@ -79,7 +80,15 @@ def test_datagen_from_archives_gives_the_examples_of_the_extracted_files(
     assert any("&" in line for line in extracted["newstest2014.en"])
     assert any('"' in line for line in extracted[f"newstest2014.{other}"])
     name = f"wmt14_en{other}"
-    from_archives = _generate(name, tmp_path / "a", tmp_path / "archives")
+    with caplog.at_level(logging.WARNING, logger="t2t_lite.datagen"):
+        from_archives = _generate(name, tmp_path / "a", tmp_path / "archives")
+    # These small archives are not the published files, and the warning says so.
+    dev = wmt_archives.ARCHIVES["dev.tgz"].sha256
+    said = [r.getMessage() for r in caplog.records]
+    warned = [line for line in said if "is not the published file's" in line]
+    assert len(warned) == len(wmt_archives.archives_of(("en", other))) - 1  # test-full: md5 only
+    prefix = f"datagen: {tmp_path / 'archives' / 'dev.tgz'}: sha256 "
+    assert any(line.startswith(prefix) and f"file's {dev}; reading" in line for line in warned)
     from_text = _generate(name, tmp_path / "t", tmp_path / "text")
     assert from_archives["status"] == from_text["status"] == "generated"
     assert from_archives["vocab"] == from_text["vocab"]
