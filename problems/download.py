@@ -142,10 +142,15 @@ def _receive(url: str, path: str, file, source: Source, progress: Progress) -> N
             reason = str(getattr(error, "reason", "") or error) or type(error).__name__
     else:
         held = os.path.getsize(part) if os.path.exists(part) else 0
+        kept = (
+            f"{part} keeps the {held:,} bytes received and a rerun with --download resumes "
+            "from there"
+            if held
+            else "nothing was received"
+        )
         raise DownloadError(
             f"{url}: download of {file.name} failed after {source.attempts} attempts ({reason}); "
-            f"{part} keeps the {held:,} bytes received and a rerun with --download resumes "
-            f"from there; {_by_hand(path)}"
+            f"{kept}; {_by_hand(path)}"
         )
     problem = _mismatch(part, file)
     if problem:

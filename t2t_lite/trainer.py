@@ -67,6 +67,10 @@ def main(argv):
         problem = problems.get(FLAGS.problem)
     except ValueError as error:
         sys.exit(f"{PROGRAM}: {error}")
+    datagen_only = ("vocab_size", "download", "download_mirror", "download_checksums")
+    misplaced = [name for name in datagen_only if FLAGS[name].present]
+    if misplaced and not FLAGS.generate_data:
+        sys.exit(f"{PROGRAM}: --{misplaced[0]} applies only with --generate_data")
     try:
         default_dir = run_config.default_output_dir(problem.name, FLAGS.hparams_set)
         config = run_config.from_flags(FLAGS, output_dir=default_dir)
