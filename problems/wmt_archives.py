@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
+import io
 import os
 import tarfile
 import zlib
@@ -333,7 +334,9 @@ def _open_member(path: str, member: str):
                 stream = archive.extractfile(info)
                 if member.endswith(".gz"):
                     stream = gzip.GzipFile(fileobj=stream)
-                with stream:
+                # Lines come from 1 MiB blocks: fewer trips through tarfile's and gzip's
+                # layers than with their own 8 KiB buffers.
+                with io.BufferedReader(stream, buffer_size=1 << 20) as stream:
                     yield stream
                 return
     raise DataError(
