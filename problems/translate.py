@@ -80,6 +80,7 @@ class TranslateProblem(Problem):
     reverse = False
     data_folder = ""  # defaults to `name`
     tfds_name = ""  # the TensorFlow Datasets builder of subclasses that offer one
+    downloadable = False  # whether `corpus` can fetch the published files (download=)
     eval_metric = "bleu"
 
     # Where things are.
@@ -146,6 +147,7 @@ class TranslateProblem(Problem):
         tfds_data_dir: str | None = None,
         progress: Progress | None = None,
         workers: int | None = None,
+        download=None,
     ) -> dict:
         """Builds vocabulary, shards and metadata under `folder(data_dir)`, unless up to date.
 
@@ -159,19 +161,29 @@ class TranslateProblem(Problem):
             progress: reports the stages (`t2t_lite.datagen` log, INFO); default:
                 a line every 5 seconds per running stage.
             workers: processes that encode, shuffle and hash; default: one per CPU.
+            download: a `download.Source`: first fetch the corpus files the problem
+                reads into the raw folder (problems with `downloadable` only).
 
         Returns:
             The metadata, with "status" "generated" or "up to date".
         """
         folder = self.folder(data_dir)
-        if tfds_data_dir is None:
-            corpus = self.corpus(data_dir, raw_dir, source)
-        elif self.tfds_name:
-            corpus = self.corpus(data_dir, raw_dir, source, tfds_data_dir=tfds_data_dir)
-        else:
-            raise ValueError(
-                f"problem {self.name} reads raw files only, so tfds_data_dir does not apply"
-            )
+        progress = progress or Progress()
+        options = {}
+        if tfds_data_dir is not None:
+            if not self.tfds_name:
+                raise ValueError(
+                    f"problem {self.name} reads raw files only, so tfds_data_dir does not apply"
+                )
+            options["tfds_data_dir"] = tfds_data_dir
+        if download is not None:
+            if not self.downloadable:
+                raise ValueError(
+                    f"problem {self.name} has no published files to download; put its raw "
+                    "files in the raw folder"
+                )
+            options.update(download=download, progress=progress)
+        corpus = self.corpus(data_dir, raw_dir, source, **options)
         settings = {
             "format_version": FORMAT_VERSION,
             "languages": [self.source_language, self.target_language],
@@ -186,7 +198,6 @@ class TranslateProblem(Problem):
         inputs = corpus.identity()  # reads (or, from TFDS, downloads) the corpus: may fail
         os.makedirs(folder, exist_ok=True)
         fingerprint = records.digest(json.dumps([settings, inputs], sort_keys=True).encode())[:16]
-        progress = progress or Progress()
         old = records.load_json(os.path.join(folder, METADATA_FILE))
         if old and old.get("fingerprint") == fingerprint:
             # Content, not just sizes: bytes changed in place keep a shard's size.

@@ -1,12 +1,14 @@
 """WMT14 English-German and English-French (the paper's tasks), both directions.
 
-Dev is newstest2013 and test newstest2014, as in the paper. Two sources:
+Dev is newstest2013 and test newstest2014, as in the paper. Three sources:
 
-* TensorFlow Datasets `wmt14_translate/de-en` and `wmt14_translate/fr-en` (downloads
-  the corpora; needs a network): used when no raw folder exists, or with `--source=tfds`;
-  `--tfds_data_dir` says where TFDS keeps them.
-* Plain-text files in `DATA_DIR/<folder>/raw/` (or `--raw_dir`), one sentence per line,
-  line-aligned, UTF-8, optionally gzipped, named `<stem>.<language>`:
+* WMT's archives, unchanged, in `DATA_DIR/<folder>/raw/` (or `--raw_dir`): the training
+  corpora (Europarl v7, Common Crawl, News Commentary v9; for En-Fr also the UN and 10^9
+  French-English corpora), `dev.tgz` and `test-full.tgz` (newstest2014 as SGML). See
+  `wmt_archives` for the members read; `--download` fetches the missing ones (resuming,
+  checked against their recorded checksums; `download`).
+* Plain-text files in the same folder, one sentence per line, line-aligned, UTF-8,
+  optionally gzipped, named `<stem>.<language>`:
 
       newstest2013.en  newstest2013.de        dev
       newstest2014.en  newstest2014.de        test
@@ -15,9 +17,13 @@ Dev is newstest2013 and test newstest2014, as in the paper. Two sources:
                                               commoncrawl.de-en.{en,de},
                                               news-commentary-v9.de-en.{en,de}
 
-  (`fr` instead of `de` for En-Fr). The WMT14 corpora keep these names once extracted;
-  the test sets come as SGML, and `sacrebleu -t wmt14 -l en-de --echo src > newstest2014.en`
-  (`--echo ref` for the German side) writes them as plain text.
+  (`fr` instead of `de` for En-Fr): the archives' members keep these names once
+  extracted, and `sacrebleu -t wmt14/full -l en-de --echo src > newstest2014.en` (`--echo
+  ref` for the German side) writes the test set. A folder holding any of the pair's
+  archives is read as archives.
+* TensorFlow Datasets `wmt14_translate/de-en` and `wmt14_translate/fr-en` (downloads
+  the corpora; needs a network): used when no raw folder exists, or with `--source=tfds`;
+  `--tfds_data_dir` says where TFDS keeps them.
 
 The reverse problems `wmt14_deen` and `wmt14_fren` read the data of `wmt14_ende` and
 `wmt14_enfr` (same folder, same raw files, same vocabulary) with inputs and targets swapped.
@@ -27,12 +33,14 @@ from __future__ import annotations
 
 import os
 
+from t2t_lite.problems import download as downloads
+from t2t_lite.problems import wmt_archives
 from t2t_lite.problems.corpus import RawCorpus, TfdsCorpus
 from t2t_lite.problems.translate import TranslateProblem
 
 
 class Wmt14Problem(TranslateProblem):
-    """A WMT14 language pair; raw files or TFDS."""
+    """A WMT14 language pair; WMT's archives, raw files or TFDS."""
 
     source_language = "en"
     raw_stems = {"train": ("*",), "dev": ("newstest2013",), "test": ("newstest2014",)}
@@ -41,20 +49,38 @@ class Wmt14Problem(TranslateProblem):
     tfds_name = ""
     tfds_splits = {"train": "train", "dev": "validation", "test": "test"}
     tfds_data_dir = None  # TFDS's default (~/tensorflow_datasets)
+    downloadable = True
 
     def corpus(
-        self, data_dir: str, raw_dir: str | None, source: str, tfds_data_dir: str | None = None
+        self,
+        data_dir: str,
+        raw_dir: str | None,
+        source: str,
+        tfds_data_dir: str | None = None,
+        download: downloads.Source | None = None,
+        progress=None,
     ):
-        """Raw files when `raw_dir` is given or `DATA_DIR/<folder>/raw` exists, else TFDS.
+        """The raw folder when `raw_dir` is given or `DATA_DIR/<folder>/raw` exists, else TFDS.
 
-        TFDS keeps its data in `tfds_data_dir`, else the class's `tfds_data_dir`, else its
-        own default (~/tensorflow_datasets).
+        A raw folder holding any of the pair's archives is read as archives, else as
+        text files. With `download`, the missing archives are fetched into the raw folder
+        first (created if need be). TFDS keeps its data in `tfds_data_dir`, else the
+        class's `tfds_data_dir`, else its own default (~/tensorflow_datasets).
         """
         if source not in ("auto", "raw", "tfds"):
             raise ValueError(f"source must be auto, raw or tfds; got {source!r}")
-        default_raw = os.path.join(self.folder(data_dir), "raw")
-        if source == "raw" or (source == "auto" and (raw_dir or os.path.isdir(default_raw))):
-            return RawCorpus(self.raw_files(raw_dir or default_raw))
+        if download is not None and source == "tfds":
+            raise ValueError("--download fetches WMT's archives, which --source=tfds does not read")
+        folder = raw_dir or os.path.join(self.folder(data_dir), "raw")
+        languages = (self.source_language, self.target_language)
+        if download is not None:
+            archives = wmt_archives.archives_of(languages)
+            downloads.fetch_all(archives, folder, download, progress)
+            return wmt_archives.ArchiveCorpus(folder, languages)
+        if source == "raw" or (source == "auto" and (raw_dir or os.path.isdir(folder))):
+            if os.path.isdir(folder) and wmt_archives.has_archives(folder, languages):
+                return wmt_archives.ArchiveCorpus(folder, languages)
+            return RawCorpus(self.raw_files(folder))
         return TfdsCorpus(
             self.tfds_name,
             (self.source_language, self.target_language),

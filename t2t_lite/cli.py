@@ -144,3 +144,41 @@ class _FolderParser(flags.ArgumentParser):
 def define_folder(name: str, default: str | None, help_text: str) -> None:
     """Defines the string flag `name` whose value (and default) `_FolderParser` resolves."""
     flags.DEFINE(_FolderParser(), name, default, help_text, serializer=flags.ArgumentSerializer())
+
+
+def define_download_flags() -> None:
+    """--download, --download_mirror and --download_checksums of the calling command."""
+    flags.DEFINE_bool(
+        "download", False,
+        "Fetch the published corpus files the problem reads (WMT14: WMT's archives) into the "
+        "raw folder first, resuming partial downloads and checking each file's checksum; "
+        "files already there are checked, not fetched again.",
+    )  # fmt: skip
+    flags.DEFINE_string(
+        "download_mirror", None,
+        "With --download: base URL of a mirror serving the files under their own names "
+        "(http://host/wmt14 serves http://host/wmt14/dev.tgz; file:///srv/wmt14 works too) "
+        "instead of the publisher's URLs.",
+    )  # fmt: skip
+    define_folder(
+        "download_checksums", None,
+        "With --download: a file of `SHA256  NAME` lines (as sha256sum writes them) to check "
+        "the files against instead of the recorded checksums, for a mirror holding other "
+        "builds of them.",
+    )  # fmt: skip
+
+
+def download_source(flag_values=flags.FLAGS):
+    """The `download.Source` the download flags ask for; None without --download.
+
+    Raises:
+        ValueError: for a mirror or checksums file given without --download.
+    """
+    if not flag_values.download:
+        for name in ("download_mirror", "download_checksums"):
+            if flag_values[name].value:
+                raise ValueError(f"--{name} applies only with --download")
+        return None
+    from t2t_lite.problems.download import Source
+
+    return Source(mirror=flag_values.download_mirror, checksums=flag_values.download_checksums)

@@ -3,7 +3,8 @@
 Builds the shared vocabulary and the TFRecord shards of every split under
 `DATA_DIR/<problem>/` (--data_dir, default ~/t2t_data, where the trainer looks) and
 records counts and a data fingerprint in its `metadata.json`. A rerun with unchanged
-inputs and settings does nothing and says so.
+inputs and settings does nothing and says so. For the WMT14 problems the raw folder may
+hold WMT's archives as published; --download fetches them there first.
 """
 
 import sys
@@ -20,8 +21,11 @@ flags.DEFINE_string(
 )  # fmt: skip
 cli.define_folder("data_dir", "~/t2t_data", "Folder holding one sub-folder per problem.")
 cli.define_folder(
-    "raw_dir", None, "Folder of raw parallel text files; default DATA_DIR/<problem>/raw."
-)
+    "raw_dir", None,
+    "Folder of raw parallel text files (or, for wmt14_*, WMT's archives as published); "
+    "default DATA_DIR/<problem>/raw.",
+)  # fmt: skip
+cli.define_download_flags()
 flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size; default: the problem's own.")
 flags.DEFINE_enum(
     "source", "auto", ["auto", "raw", "tfds"],
@@ -68,6 +72,9 @@ def main(argv):
     if FLAGS.tfds_data_dir is not None:
         options["tfds_data_dir"] = FLAGS.tfds_data_dir
     try:
+        download = cli.download_source(FLAGS)
+        if download is not None:
+            options["download"] = download
         problem = problems.get(FLAGS.problem)
         metadata = problem.generate_data(FLAGS.data_dir, FLAGS.raw_dir, **options)
     except (ValueError, WorkerDied) as error:

@@ -6,6 +6,7 @@ first if it is missing) and writes the run to --output_dir (default
 --registry_help lists the problems and hparams sets.
 """
 
+import logging as pylogging
 import sys
 
 from absl import app, flags, logging
@@ -30,6 +31,12 @@ flags.DEFINE_string(
     "raw_dir", None, "With --generate_data: folder of raw text files; default "
     "DATA_DIR/<problem>/raw, else TensorFlow Datasets where the problem offers it."
 )  # fmt: skip
+flags.DEFINE_integer(
+    "vocab_size", None,
+    "With --generate_data: shared vocabulary size; default: the problem's own.",
+    lower_bound=1,
+)  # fmt: skip
+cli.define_download_flags()
 flags.DEFINE_bool(
     "registry_help", False, "Print the registered problems and hparams sets, then exit."
 )
@@ -60,6 +67,10 @@ def main(argv):
         problem = problems.get(FLAGS.problem)
     except ValueError as error:
         sys.exit(f"{PROGRAM}: {error}")
+    datagen_only = ("vocab_size", "download", "download_mirror", "download_checksums")
+    misplaced = [name for name in datagen_only if FLAGS[name].present]
+    if misplaced and not FLAGS.generate_data:
+        sys.exit(f"{PROGRAM}: --{misplaced[0]} applies only with --generate_data")
     try:
         default_dir = run_config.default_output_dir(problem.name, FLAGS.hparams_set)
         config = run_config.from_flags(FLAGS, output_dir=default_dir)
@@ -82,14 +93,24 @@ def _generate_data_if_missing(problem, data_dir: str) -> None:
         return
     except DataError:
         pass
-    raw = f" --raw_dir={FLAGS.raw_dir}" if FLAGS.raw_dir else ""
+    options, same = {}, ""
+    for name in ("raw_dir", "vocab_size", "download", "download_mirror", "download_checksums"):
+        if FLAGS[name].value:
+            same += f" --{name}" + ("" if FLAGS[name].value is True else f"={FLAGS[name].value}")
+    if FLAGS.vocab_size:
+        options["vocab_size"] = FLAGS.vocab_size
     print(
         f"generating the data of {problem.name} under {data_dir} (as python -m "
-        f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{raw} would)",
+        f"t2t_lite.datagen --problem={problem.name} --data_dir={data_dir}{same} would)",
         flush=True,
     )
+    # Datagen's progress lines (downloads, stages) show as under the datagen command.
+    pylogging.getLogger("t2t_lite.datagen").setLevel(pylogging.INFO)
     try:
-        metadata = problem.generate_data(data_dir, FLAGS.raw_dir)
+        download = cli.download_source(FLAGS)
+        if download is not None:
+            options["download"] = download
+        metadata = problem.generate_data(data_dir, FLAGS.raw_dir, **options)
     except ValueError as error:  # DataError names the file; others, a setting that cannot work
         if isinstance(error, DataError):
             raise
