@@ -98,6 +98,22 @@ def transformer_tiny() -> HParams:
     )
 
 
+def transformer_algorithmic() -> HParams:
+    """transformer_tiny tuned for the generated algorithmic problems: pre-norm, no dropout.
+
+    A run sees fewer examples than the 100,000 of the train split, each new, so dropout
+    has nothing to regularise and only slows learning; pre-norm and a 200-step warmup let
+    the model find the positional rule (reversal) in a few hundred updates.
+    """
+    return dataclasses.replace(
+        transformer_tiny(),
+        normalize_first=True,
+        dropout=0.0,
+        warmup_steps=200,
+        train_steps=1_000,  # the README's main job: reversal learnt to >= 99% accuracy
+    )
+
+
 def transformer_multi30k() -> HParams:
     """Three layers of width 256 for Multi30k-sized corpora on a CPU in about 30 minutes.
 
