@@ -140,6 +140,7 @@ QUICK = {
     "test_vocab.py": (
         "test_reserved_ids_follow_design",
         "test_decode_stops_at_eos_and_skips_padding",
+        "test_reservoir_sample_is_uniform_bounded_and_deterministic",
     ),
     "test_translate.py": (
         "test_registry_lists_the_translation_problems",
