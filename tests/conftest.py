@@ -66,11 +66,11 @@ def shared_run_folder(tmp_path_factory, name: str):
 # first keeps one long file from running alone at the end.
 _LONGEST_FIRST = (
     "test_trainer.py",
-    "test_readme_main_job.py",
     "test_recipes.py",
     "test_export.py",
     "test_decoder.py",
     "test_parsing_decode.py",
+    "test_readme_main_job.py",
     "test_commands.py",
     "test_serving.py",
     "test_datagen.py",
