@@ -13,6 +13,7 @@ _REGISTRY = {
         transformer.transformer_big_single_gpu,
         transformer.transformer_small,
         transformer.transformer_tiny,
+        transformer.transformer_algorithmic,
         transformer.transformer_multi30k,
         parsing.transformer_parsing,
         parsing.transformer_parsing_small,
