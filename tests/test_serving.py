@@ -214,7 +214,7 @@ def test_bad_requests_get_codes_and_messages(url, body, status, message):
     [
         ("POST", "/v1/models/other:predict", 404),
         ("GET", "/v1/models/other", 404),
-        ("GET", "/v1/models/rev/versions/x", 404),
+        ("GET", "/v1/models/rev/versions/x", 400),
         ("POST", "/v1/models/rev/versions/9:predict", 404),
         ("GET", "/v1/models/rev:predict", 405),
         ("POST", "/v1/models/rev", 405),

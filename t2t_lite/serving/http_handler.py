@@ -121,9 +121,15 @@ def make_handler(server):
         do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
 
         def _read_body(self) -> bytes:
-            length = self.headers.get("Content-Length")
-            if length is None:
+            lengths = self.headers.get_all("Content-Length") or []
+            if not lengths:
                 raise RequestError(411, "a Content-Length header is required")
+            if len(lengths) > 1:  # Which one frames the body is ambiguous: request smuggling.
+                self._linger = True
+                raise RequestError(
+                    400, f"the request has {len(lengths)} Content-Length headers; send one"
+                )
+            length = lengths[0]
             if not (length.isascii() and length.isdigit()):  # int() rejects '²'
                 raise RequestError(400, f"Content-Length {length!r} is not a number")
             length = int(length)
