@@ -79,7 +79,7 @@ class BeamSearcher(tf.Module):
 
         `beam_size` names one of `search_config.beam_sizes`; anything else is an
         InvalidArgumentError, as are inputs that are too long, out of the vocabulary or
-        without EOS.
+        without EOS. A row of EOS alone gets no ids (zeros) and score 0.
         """
         sizes = self.search_config.beam_sizes
         offered = tf.equal(tf.constant(sizes, tf.int32), beam_size)  # [len(sizes)]
@@ -97,7 +97,11 @@ class BeamSearcher(tf.Module):
             index = tf.argmax(tf.cast(offered, tf.int32), output_type=tf.int32)
             branches = [lambda k=k: self._beam_search(input_ids, k, alpha) for k in sizes]
             ids, scores = tf.switch_case(index, branches)
-        return ids[:, :, 1:], scores  # [B, K, L], [B, K]
+        # An empty input (EOS alone) translates to nothing with score 0, as a blank sentence
+        # does in the text signatures and the decoder, and as CTranslate2 answers it.
+        empty = tf.reduce_sum(tf.cast(input_ids != 0, tf.int32), axis=1) == 1  # [B]
+        ids = tf.where(empty[:, tf.newaxis, tf.newaxis], 0, ids[:, :, 1:])  # [B, K, L]
+        return ids, tf.where(empty[:, tf.newaxis], 0.0, scores)  # [B, K], [B, K]
 
     def _checks(self, input_ids, alpha, offered) -> list:
         """[(condition, message)]: each message one sentence, as the client will read it.
