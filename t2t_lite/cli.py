@@ -15,6 +15,7 @@ without GPU, and every later error too.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -30,14 +31,20 @@ HELP_ARGUMENTS = frozenset(
     ["--help", "-help", "-?", "--helpshort", "-helpshort", "--helpfull", "-helpfull"]
 )
 LOG_LEVEL_VARIABLE = "TF_CPP_MIN_LOG_LEVEL"
+# Set by `quiet_tensorflow` when it quiets a command: processes the command starts (the
+# server's version workers) inherit it and are quieted the same way, although the
+# TF_CPP_MIN_LOG_LEVEL they inherit would otherwise count as the user's choice.
+QUIET_VARIABLE = "T2T_LITE_QUIET_TENSORFLOW"
 
 # Start-up lines that tell a user nothing they asked for: absl's notice, the C++ INFO and
 # WARNING lines (TF_CPP_MIN_LOG_LEVEL=2 would hide them once logging is set up), the CPU
-# instructions notice, and the CUDA errors of a machine without a GPU.
+# instructions notice, the CUDA errors of a machine without a GPU, and oneDNN's notice
+# (logged as an error on the first run of an int64 op) that it falls back to Eigen.
 _NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|[IW]\d{4} [\d:.]+ +\d+ \S+:\d+\] "
-    r"|E\d{4} .*(failed call to cuInit|Unable to register cu\w+ factory)"
+    r"|E\d{4} .*(failed call to cuInit|Unable to register cu\w+ factory"
+    r"|oneDNN supports DT_INT64 only on platforms with AVX-512)"
     r"|To enable the following instructions: "
 )
 
@@ -88,27 +95,54 @@ def quiet_tensorflow(verbose: bool) -> None:
     TF_CPP_MIN_LOG_LEVEL (their choice wins), or when TensorFlow is loaded already.
     Otherwise sets TF_CPP_MIN_LOG_LEVEL=2 for the rest of the run and writes every
     captured stderr line that is not start-up noise (see `_NOISE`) back to stderr.
+    A process started by a quieted command (QUIET_VARIABLE set) is quieted too.
     """
-    if verbose or LOG_LEVEL_VARIABLE in os.environ or "tensorflow" in sys.modules:
+    if verbose or "tensorflow" in sys.modules:
         return
-    os.environ[LOG_LEVEL_VARIABLE] = "2"
+    if os.environ.get(QUIET_VARIABLE) != "1":
+        if LOG_LEVEL_VARIABLE in os.environ:
+            return
+        os.environ[LOG_LEVEL_VARIABLE] = "2"
+        os.environ[QUIET_VARIABLE] = "1"
+    with noise_filtered():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()  # initialises the devices: cuInit and friends
+
+
+def quiet_worker():
+    """For a process a command starts (a server's version worker): quiet as the command.
+
+    Quiets TensorFlow's import when the command that started this process was quieted
+    (QUIET_VARIABLE), and returns a context manager hiding the noise of the block it
+    guards (oneDNN's notice on the first run of a model), or doing nothing if not quiet.
+    """
+    quiet = os.environ.get(QUIET_VARIABLE) == "1"
+    quiet_tensorflow(verbose=not quiet)
+    return noise_filtered() if quiet else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def noise_filtered():
+    """Captures stderr for the block, then writes back what is not start-up noise.
+
+    The file descriptor is captured, so that TensorFlow's C++ lines are caught too.
+    """
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()  # initialises the devices: cuInit and friends
+            yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
             lines = captured.read().decode("utf-8", "replace").splitlines()
-    kept = [line for line in lines if not _NOISE.match(line)]
-    if kept:
-        print("\n".join(kept), file=sys.stderr, flush=True)
+            kept = [line for line in lines if not _NOISE.match(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 def registry_help() -> str:

@@ -24,6 +24,12 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "max_connections", 64, "Connections served at once (a thread each); more are refused (503)."
 )
+flags.DEFINE_integer(
+    "max_connections_per_client",
+    16,
+    "Of those, connections one client address may hold at once; more are refused (503). "
+    "0 = no limit (clients behind one proxy share an address).",
+)
 flags.DEFINE_float("poll_seconds", 5.0, "Look for a new version this often; 0 = never.")
 flags.DEFINE_float(
     "request_timeout",
@@ -52,11 +58,13 @@ def main(argv):
         max_body_bytes=FLAGS.max_body_bytes,
         max_request_rows=FLAGS.max_request_rows,
         max_connections=FLAGS.max_connections,
+        max_connections_per_client=FLAGS.max_connections_per_client,
         poll_seconds=FLAGS.poll_seconds,
         request_timeout_seconds=FLAGS.request_timeout,
         access_log=FLAGS.access_log,
     )
-    sys.exit(serve(FLAGS.model_dir, config))
+    # Each version's worker process hides TensorFlow's start-up noise as this command does.
+    sys.exit(serve(FLAGS.model_dir, config, worker_setup=cli.quiet_worker))
 
 
 def run():

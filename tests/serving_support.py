@@ -45,14 +45,17 @@ def exported_model(tmp_path_factory):
         return model_dir
 
 
-def _start(model_dir, log, *flags):
-    """Starts `python -m t2t_lite.serve` (stderr to `log`); returns (process, line queue)."""
+def _start(model_dir, log, *flags, environ=None):
+    """Starts `python -m t2t_lite.serve` (stderr to `log`); returns (process, line queue).
+
+    `environ`: the environment (default: this one with TF_CPP_MIN_LOG_LEVEL=2).
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", "t2t_lite.serve", f"--model_dir={model_dir}", "--port=0", *flags],
         stdout=subprocess.PIPE,
         stderr=open(log, "w"),
         text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        env=environ or dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()
@@ -66,11 +69,14 @@ def _next_line(lines, timeout=180.0) -> str:
         pytest.fail(f"the server printed nothing for {timeout} s")
 
 
-def _ready(process, lines) -> str:
+def _ready(process, lines, name="rev", version=1) -> str:
     """Waits for the ready line and returns the server's base URL."""
     line = _next_line(lines)
-    assert line.startswith("serving model rev version 1 at http://127.0.0.1:"), line
-    return line.split(" at ")[1].strip()
+    assert line.startswith(f"loading {name} from "), line
+    line = _next_line(lines)
+    prefix = f"{name} version {version} AVAILABLE at http://127.0.0.1:"
+    assert line.startswith(prefix) and line.rstrip().endswith(f"/v1/models/{name}"), line
+    return line.split(" at ")[1].strip().removesuffix(f"/v1/models/{name}")
 
 
 def _stop(process):

@@ -42,7 +42,9 @@ from t2t_lite.serving.rest import PredictRequest, TensorInfo
 
 MAX_BODY = 65_536
 MAX_ROWS = 4  # examples per predict request on server A
-MAX_CONNECTIONS = 20  # on server A: above the 16 clients of the concurrency tests
+# On server A: above the 16 clients of the concurrency tests; all from 127.0.0.1, so with
+# no limit per client address (test_serving_hostile.py tests that one).
+MAX_CONNECTIONS = 20
 # Sentences of equal length: batched together, they pad to the same width as alone.
 SAME_LENGTH = [f"{a} {b} {c} 5 1 8" for a in range(3) for b in range(3) for c in range(2)]
 
@@ -61,7 +63,7 @@ def servers(model_dir, tmp_path_factory):
     a = _start(
         watched, served / "a.log", "--poll_seconds=0.2", "--batch_wait_ms=20",
         f"--max_body_bytes={MAX_BODY}", f"--max_request_rows={MAX_ROWS}",
-        f"--max_connections={MAX_CONNECTIONS}",
+        f"--max_connections={MAX_CONNECTIONS}", "--max_connections_per_client=0",
     )  # fmt: skip
     b = _start(model_dir, served / "b.log", "--max_batch_size=4", "--batch_wait_ms=600000")
     try:
@@ -214,7 +216,7 @@ def test_bad_requests_get_codes_and_messages(url, body, status, message):
     [
         ("POST", "/v1/models/other:predict", 404),
         ("GET", "/v1/models/other", 404),
-        ("GET", "/v1/models/rev/versions/x", 404),
+        ("GET", "/v1/models/rev/versions/x", 400),
         ("POST", "/v1/models/rev/versions/9:predict", 404),
         ("GET", "/v1/models/rev:predict", 405),
         ("POST", "/v1/models/rev", 405),

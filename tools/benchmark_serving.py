@@ -42,16 +42,19 @@ def start_server(model_dir: str, max_batch_size: int, batch_wait_ms: float, thre
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )  # fmt: skip
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: lines.put(process.stdout.readline()), daemon=True).start()
-    try:
-        line = lines.get(timeout=600)
-    except queue.Empty:
-        process.kill()
-        raise RuntimeError("the server did not become ready within 10 minutes") from None
-    if " at http://" not in line:
-        process.kill()
-        raise RuntimeError(f"the server did not start: {line!r}; run it by hand to see why")
-    return process, line.split(" at ")[1].strip()
+    threading.Thread(target=lambda: [lines.put(x) for x in process.stdout], daemon=True).start()
+    # "loading NAME from ...", then "NAME version V AVAILABLE at http://HOST:PORT/v1/models/NAME".
+    line = ""
+    while " AVAILABLE at http://" not in line:
+        try:
+            line = lines.get(timeout=600)
+        except queue.Empty:
+            process.kill()
+            raise RuntimeError("the server did not become ready within 10 minutes") from None
+        if not line.startswith("loading ") and " AVAILABLE at http://" not in line:
+            process.kill()
+            raise RuntimeError(f"the server did not start: {line!r}; run it by hand to see why")
+    return process, line.split(" at ")[1].strip().split("/v1/models/")[0]
 
 
 def stop_server(process) -> None:

@@ -5,14 +5,15 @@
 `decode_step` under `t2t_lite.decoding.beam_search`), with alpha a tensor and the beam
 chosen among a fixed set of sizes, each a branch of the graph (a beam is a static
 dimension). It checks its inputs first and fails with InvalidArgumentErrors that say what
-was wrong: too long, ids out of the vocabulary, a beam size not offered, alpha outside
-[0, 10] (`search.config.ALPHA_RANGE`).
+was wrong, one sentence each: a beam size not offered, alpha outside [0, 10]
+(`search.config.ALPHA_RANGE`), too long, ids out of the vocabulary, a row without EOS.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
+from t2t_lite.ids import EOS_ID
 from t2t_lite.search import SearchConfig, model_beam_search
 from t2t_lite.search.config import ALPHA_RANGE
 
@@ -77,20 +78,18 @@ class BeamSearcher(tf.Module):
         """ids [B, S] int32 -> (ids [B, K, L] int32 without the start column, scores [B, K]).
 
         `beam_size` names one of `search_config.beam_sizes`; anything else is an
-        InvalidArgumentError, as are inputs that are too long or out of the vocabulary.
+        InvalidArgumentError, as are inputs that are too long, out of the vocabulary or
+        without EOS. A row of EOS alone gets no ids (zeros) and score 0.
         """
         sizes = self.search_config.beam_sizes
-        allowed = tf.constant(sizes, tf.int32)
-        offered = tf.equal(allowed, beam_size)  # [len(sizes)]
-        checks = self._input_checks(input_ids, alpha)
-        checks.append(
-            tf.debugging.assert_equal(
-                tf.reduce_any(offered),
-                True,
-                message=f"beam_size is not one this export offers; choose one of {list(sizes)}",
-            )
-        )
-        with tf.control_dependencies(checks):
+        offered = tf.equal(tf.constant(sizes, tf.int32), beam_size)  # [len(sizes)]
+        checked = tf.no_op()
+        # One after the other, so that the first failed check is always the one reported
+        # (the CTranslate2 service checks in the same order, with the same messages).
+        for ok, message in self._checks(input_ids, alpha, offered):
+            with tf.control_dependencies([checked]):
+                checked = tf.debugging.Assert(ok, [message])
+        with tf.control_dependencies([checked]):
             input_ids = tf.identity(input_ids)
         if len(sizes) == 1:
             ids, scores = self._beam_search(input_ids, sizes[0], alpha)
@@ -98,30 +97,60 @@ class BeamSearcher(tf.Module):
             index = tf.argmax(tf.cast(offered, tf.int32), output_type=tf.int32)
             branches = [lambda k=k: self._beam_search(input_ids, k, alpha) for k in sizes]
             ids, scores = tf.switch_case(index, branches)
-        return ids[:, :, 1:], scores  # [B, K, L], [B, K]
+        # An empty input (EOS alone) translates to nothing with score 0, as a blank sentence
+        # does in the text signatures and the decoder, and as CTranslate2 answers it.
+        empty = tf.reduce_sum(tf.cast(input_ids != 0, tf.int32), axis=1) == 1  # [B]
+        ids = tf.where(empty[:, tf.newaxis, tf.newaxis], 0, ids[:, :, 1:])  # [B, K, L]
+        return ids, tf.where(empty[:, tf.newaxis], 0.0, scores)  # [B, K], [B, K]
 
-    def _input_checks(self, input_ids, alpha) -> list:
+    def _checks(self, input_ids, alpha, offered) -> list:
+        """[(condition, message)]: each message one sentence, as the client will read it.
+
+        Each assertion has its message as its only data, so that its error says just that
+        (tf.debugging.assert_* would add "Condition x >= 0 did not hold" and the tensor).
+        """
         limit = self.search_config.max_input_length
+        vocab = self._source_vocab_size
         return [
-            tf.debugging.assert_less_equal(
-                tf.shape(input_ids)[1],
-                limit,
-                message=(
-                    f"an input is longer than this export's limit of {limit} ids (EOS "
-                    "included): split long sentences, or export with a larger max_input_length"
-                ),
+            (
+                tf.reduce_any(offered),
+                "beam_size is not one this export offers; choose one of "
+                f"{list(self.search_config.beam_sizes)}",
             ),
-            tf.debugging.assert_non_negative(input_ids, message="input ids must be >= 0"),
-            tf.debugging.assert_less(
-                input_ids,
-                self._source_vocab_size,
-                message=f"input ids must be below the vocabulary size {self._source_vocab_size}",
+            (alpha >= ALPHA_RANGE[0], f"alpha must be >= {ALPHA_RANGE[0]:g}"),
+            (alpha <= ALPHA_RANGE[1], f"alpha must be <= {ALPHA_RANGE[1]:g}"),
+            (
+                tf.shape(input_ids)[1] <= limit,
+                f"an input is longer than this export's limit of {limit} ids (EOS "
+                "included): split long sentences, or export with a larger max_input_length",
             ),
-            tf.debugging.assert_non_negative(alpha, message="alpha must be >= 0"),
-            tf.debugging.assert_less_equal(
-                alpha, ALPHA_RANGE[1], message=f"alpha must be <= {ALPHA_RANGE[1]:g}"
+            (tf.reduce_all(input_ids >= 0), "input ids must be >= 0"),
+            (
+                tf.reduce_all(input_ids < vocab),
+                f"input ids must be below the vocabulary size {vocab}",
             ),
+            self._eos_check(input_ids),
         ]
+
+    @staticmethod
+    def _eos_check(input_ids) -> tuple:
+        """(every row's last non-zero id is EOS, a message naming the first row that is not)."""
+        positions = tf.range(1, tf.shape(input_ids)[1] + 1)[tf.newaxis, :]  # [1, S]
+        # The 1-based position of each row's last non-padding id and of its last EOS;
+        # over an empty row (S = 0) the maximum is the smallest int32, never > 0.
+        last = tf.reduce_max(positions * tf.cast(input_ids != 0, tf.int32), axis=1)  # [B]
+        last_eos = tf.reduce_max(positions * tf.cast(input_ids == EOS_ID, tf.int32), axis=1)
+        ok = (last > 0) & (last_eos == last)  # [B]
+        first_bad = tf.strings.reduce_join(tf.strings.as_string(tf.where(~ok)[:1, 0]))
+        message = tf.strings.join(
+            [
+                "input row ",
+                first_bad,
+                f" does not end with EOS (id {EOS_ID}): end each row with {EOS_ID}, then pad "
+                "with 0",
+            ]
+        )
+        return tf.reduce_all(ok), message
 
     def _beam_search(self, input_ids, beam_size: int, alpha):
         """The Translator's beam search with a tensor alpha: ids [B, S] -> ([B, K, L + 1], [B, K])."""

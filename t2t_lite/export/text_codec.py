@@ -34,20 +34,27 @@ class SymbolCodec(tf.Module):
         """Ids of space-separated integers; an InvalidArgumentError names a bad token."""
         tokens = tf.strings.split(tf.convert_to_tensor(texts, tf.string))  # [B, (S)]
         flat = tokens.flat_values  # [N]
+        numbers = tf.strings.regex_full_match(flat, "[0-9]{1,9}")  # [N]
+        # Each assertion's only data is its whole message, so that its error is one
+        # sentence without a tensor dump.
+        found = tf.strings.reduce_join(tf.boolean_mask(flat, ~numbers)[:1])
         digits = tf.debugging.Assert(
-            tf.reduce_all(tf.strings.regex_full_match(flat, "[0-9]{1,9}")),
+            tf.reduce_all(numbers),
             [
-                f"sentences must be integers 0..{self.num_symbols - 1} separated by spaces; "
-                "found token",
-                tf.boolean_mask(flat, ~tf.strings.regex_full_match(flat, "[0-9]{1,9}"))[:1],
+                tf.strings.join(
+                    [
+                        f"sentences must be integers 0..{self.num_symbols - 1} separated by "
+                        "spaces; found token ",
+                        found,
+                    ]
+                )
             ],
         )
         with tf.control_dependencies([digits]):
             symbols = tf.strings.to_number(flat, tf.int64)  # [N]
-        in_range = tf.debugging.assert_less(
-            symbols,
-            tf.constant(self.num_symbols, tf.int64),
-            message=f"symbols must be below {self.num_symbols}",
+        in_range = tf.debugging.Assert(
+            tf.reduce_all(symbols < self.num_symbols),
+            [f"symbols must be below {self.num_symbols}"],
         )
         with tf.control_dependencies([in_range]):
             ids = tokens.with_flat_values(symbols + _FIRST_SYMBOL_ID)  # [B, (S)]

@@ -129,9 +129,16 @@ class Batcher:
             self._queue.append(item)
             self._condition.notify_all()
         item.done.wait()
-        if item.error is not None:
-            raise item.error
-        return item.outputs
+        error, outputs = item.error, item.outputs
+        item = None
+        if error is None:
+            return outputs
+        try:
+            raise error
+        finally:
+            # The traceback holds this frame: a reference to the error from it would make
+            # a cycle that keeps the error, and what its frames hold, until a full collection.
+            error = None
 
     def stats(self) -> dict:
         """Counts since start: requests, model calls (batches), rows, largest batch (rows)."""
@@ -203,13 +210,14 @@ class Batcher:
             outputs = model.run(name, merge_inputs([item.request for item in batch], infos))
         except tf.errors.InvalidArgumentError as error:
             if len(batch) == 1:
-                batch[0].error = error
+                batch[0].error = error.with_traceback(None)  # Its frames hold the batch.
                 batch[0].done.set()
                 return
             for item in batch:  # Find out whose input it was.
                 self._run_alone(item)
             return
         except Exception as error:  # noqa: BLE001 - handed to every waiting request.
+            error = error.with_traceback(None)
             for item in batch:
                 item.error = error
                 item.done.set()
@@ -227,5 +235,5 @@ class Batcher:
         try:
             item.outputs = item.model.run(item.request.signature_name, item.request.inputs)
         except Exception as error:  # noqa: BLE001 - handed to the waiting request.
-            item.error = error
+            item.error = error.with_traceback(None)
         item.done.set()

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from t2t_lite.ids import EOS_ID
+from t2t_lite.ids import EOS_ID, PAD_ID
 from t2t_lite.problems.algorithmic import SymbolEncoder
 from t2t_lite.problems.vocab import SentencePieceEncoder
 from t2t_lite.search import SearchConfig, pad_batch, strip_ids
@@ -98,8 +98,10 @@ class CTranslate2Service:
 
         Raises:
             RefusedInput: a beam size the export does not offer, alpha outside [0, 10],
-                an input too long or out of the vocabulary, a sentence the vocabulary
-                refuses; as a SavedModel refuses them.
+                an input too long, out of the vocabulary or without EOS, a sentence the
+                vocabulary refuses; as a SavedModel refuses them, checked in the same
+                order (the first failed check is the one reported) and with the same
+                messages for ids.
         """
         config = self._search_config(inputs)
         if "sentences" in self.signatures[signature_name][0]:
@@ -133,19 +135,26 @@ class CTranslate2Service:
     def _search(self, input_ids: np.ndarray, config: SearchConfig) -> tuple:
         """ids [B, S] -> (ids [B, K, L + 1] with the start column, scores [B, K])."""
         batch, width = input_ids.shape
-        if batch == 0:
-            empty = np.zeros([0, config.width, width + config.extra_length + 1], np.int32)
-            return empty, np.zeros([0, config.width], np.float32)
         limit = self.config.max_input_length
         if limit is not None and width > limit:
             raise RefusedInput(
                 f"an input is longer than this export's limit of {limit} ids (EOS "
                 "included): split long sentences, or export with a larger max_input_length"
             )
-        if input_ids.min() < 0:
+        if batch == 0:
+            empty = np.zeros([0, config.width, width + config.extra_length + 1], np.int32)
+            return empty, np.zeros([0, config.width], np.float32)
+        if input_ids.size and input_ids.min() < 0:
             raise RefusedInput("input ids must be >= 0")
-        if input_ids.max() >= self._source_size:
+        if input_ids.size and input_ids.max() >= self._source_size:
             raise RefusedInput(f"input ids must be below the vocabulary size {self._source_size}")
+        for row, ids in enumerate(input_ids):
+            tokens = ids[ids != PAD_ID]
+            if not len(tokens) or tokens[-1] != EOS_ID:
+                raise RefusedInput(
+                    f"input row {row} does not end with EOS (id {EOS_ID}): end each row "
+                    f"with {EOS_ID}, then pad with 0"
+                )
         try:
             return self._translator.search(input_ids, config)
         except CTranslate2Error as error:

@@ -1,4 +1,7 @@
-"""The HTTP request handler of `ModelServer`: TensorFlow Serving's REST paths over http.server."""
+"""The HTTP side of `ModelServer`: the connection-bounded server and the request handler.
+
+The handler answers TensorFlow Serving's REST paths over http.server.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import io
 import json
 import socket
 import sys
+import threading
 import time
 
 from t2t_lite.serving.rest import RequestError
@@ -53,6 +57,119 @@ class _DeadlineReader(io.RawIOBase):
         except TimeoutError:
             self.timed_out = True
             raise
+
+
+class LimitedHTTPServer(http.server.ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` of them at once, and at most
+    `per_client` (0 = any number) from one client address.
+
+    A connection over either cap is answered 503 by the accepting thread itself, which
+    writes the answer, reads what the client already sent without waiting for more, and
+    closes: no thread is started for it. The socket is bound at once but listens only
+    when `activate()` is called: until then a client's connection is refused.
+    """
+
+    daemon_threads = False  # server_close() waits for requests in flight
+    block_on_close = True
+    request_queue_size = 256  # connections the kernel holds until accepted (default 5)
+
+    def __init__(self, address, handler, max_connections: int, per_client: int = 0):
+        self.max_connections = max_connections
+        self.per_client = per_client
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._clients: dict = {}  # client address -> connections it holds
+        self._clients_lock = threading.Lock()
+        self._reading: set = set()  # sockets whose request is still arriving
+        self._reading_lock = threading.Lock()
+        self._dropping = False
+        super().__init__(address, handler, bind_and_activate=False)
+        try:
+            self.server_bind()
+        except BaseException:
+            self.server_close()
+            raise
+
+    def activate(self) -> None:
+        """Starts listening: from now on connections are accepted."""
+        self.server_activate()
+
+    def begin_reading(self, sock) -> None:
+        with self._reading_lock:
+            if self._dropping:  # Accepted just as the shutdown began.
+                sock.shutdown(socket.SHUT_RDWR)
+            self._reading.add(sock)
+
+    def end_reading(self, sock) -> bool:
+        """The request has arrived; False if the shutdown dropped the connection first."""
+        with self._reading_lock:
+            self._reading.discard(sock)
+            return not self._dropping
+
+    def drop_readers(self) -> None:
+        """Ends every connection still sending its request: its read sees end-of-file."""
+        with self._reading_lock:
+            self._dropping = True
+            for sock in self._reading:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # Already gone.
+                    pass
+
+    def process_request(self, request, client_address):
+        refusal = self._admit(client_address[0])
+        if refusal:
+            self._refuse(request, refusal)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._leave(client_address[0])
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._leave(client_address[0])
+
+    def _admit(self, host: str) -> str:
+        """Takes a slot for a connection from `host`; the refusal message if there is none."""
+        with self._clients_lock:
+            held = self._clients.get(host, 0)
+            if self.per_client and held >= self.per_client:
+                return (
+                    f"your address {host} has {held} connections open, the server's limit "
+                    "per client address (--max_connections_per_client); finish or close "
+                    "one, then retry"
+                )
+            if not self._slots.acquire(blocking=False):
+                return (
+                    f"the server is serving its limit of {self.max_connections} connections; "
+                    "retry shortly, or start it with a larger --max_connections"
+                )
+            self._clients[host] = held + 1
+        return ""
+
+    def _leave(self, host: str) -> None:
+        with self._clients_lock:
+            self._clients[host] -= 1
+            if not self._clients[host]:
+                del self._clients[host]
+            self._slots.release()
+
+    def _refuse(self, request, message: str) -> None:
+        try:
+            request.settimeout(1.0)
+            request.sendall(raw_answer(503, "Service Unavailable", message))
+            request.shutdown(socket.SHUT_WR)
+            request.setblocking(False)
+            for _ in range(16):  # What already arrived, so that closing sends no reset.
+                if not request.recv(1 << 16):
+                    break
+        except OSError:
+            pass
+        finally:
+            request.close()
 
 
 def make_handler(server):
@@ -121,9 +238,15 @@ def make_handler(server):
         do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed  # noqa: N815
 
         def _read_body(self) -> bytes:
-            length = self.headers.get("Content-Length")
-            if length is None:
+            lengths = self.headers.get_all("Content-Length") or []
+            if not lengths:
                 raise RequestError(411, "a Content-Length header is required")
+            if len(lengths) > 1:  # Which one frames the body is ambiguous: request smuggling.
+                self._linger = True
+                raise RequestError(
+                    400, f"the request has {len(lengths)} Content-Length headers; send one"
+                )
+            length = lengths[0]
             if not (length.isascii() and length.isdigit()):  # int() rejects '²'
                 raise RequestError(400, f"Content-Length {length!r} is not a number")
             length = int(length)

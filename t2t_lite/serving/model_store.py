@@ -1,125 +1,37 @@
 """The versions of one model folder: loading the newest and watching for new ones.
 
 The folder follows TensorFlow Serving's layout, `MODEL_DIR/<version>/saved_model.pb` with
-versions named by ASCII digits; a version may also be a CTranslate2 export
-(`ctranslate2_version`), served with the same signatures; other entries (an exporter's temporary folders, a name
-such as `²` that Python calls a digit) are ignored, a misleading one with a logged line.
-The store serves the newest version. A watcher thread looks for newer versions every
-`poll_seconds`, loads and warms one up beside the current one, then swaps it in: a request
-holds the model it started with, so none is dropped or sees half a model. Each version is
-loaded in a worker process of its own (`worker.WorkerModel`), which ends once the last
-request holding it is answered, so swaps do not accumulate memory. One bad folder or one
-failed load is logged; the watcher keeps polling.
+versions named by ASCII digits that fit a signed 64-bit integer (as TensorFlow Serving's
+versions must); a version may also be a CTranslate2 export (`ctranslate2_version`), served
+with the same signatures; other entries (an exporter's temporary folders, a name such as
+`²` that Python calls a digit, a number above 2^63 - 1) are ignored, a misleading one with
+a logged line. The store serves the newest version, as TensorFlow Serving's default
+version policy does: when a newer version appears it is loaded and warmed up beside the
+current one, then swapped in; when the served version's folder is deleted, the newest
+remaining version is loaded in its place. A request holds the model it started with
+(`lease`), so none is dropped or sees half a model.
 
-Nothing of the model code is imported in the server's process. TensorFlow
-Text is imported when installed so that SavedModels with its tokenizer ops load, as they
-do in stock TensorFlow Serving, which links those ops.
+Each version is loaded in a worker process of its own (`worker.WorkerModel`). A retired
+version's worker is closed as soon as its last lease ends, whatever else still refers to
+the object (an error's traceback, say), so swaps do not accumulate memory. One bad folder
+or one failed load is logged; the watcher keeps polling.
+
+Nothing of the model code, and no SavedModel, is loaded in the server's process.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import contextlib
 import os
 import sys
 import threading
 import time
 
-import tensorflow as tf
-from google.protobuf import json_format
-from tensorflow.core.protobuf import saved_model_pb2
-
 from t2t_lite.serving import ctranslate2_version
-from t2t_lite.serving.rest import TensorInfo, parse_predict
 from t2t_lite.serving.worker import WorkerFailed, WorkerModel
 
-try:  # Registers the tokenizer ops (SentencepieceOp, ...) that text SavedModels use.
-    import tensorflow_text  # noqa: F401
-except ImportError:  # pragma: no cover - then only SavedModels without them load.
-    pass
-
-WARMUP_FILE = os.path.join("assets.extra", "t2t_lite_warmup.json")
-
-
-def _tensor_info(name: str, spec) -> TensorInfo:
-    shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else ()
-    return TensorInfo(name, spec.dtype.name, shape)
-
-
-@dataclasses.dataclass(eq=False)
-class LoadedModel:
-    """One loaded version.
-
-    Attributes:
-        version: the integer version (its folder name).
-        path: the version folder.
-        module: the object `tf.saved_model.load` returned (keeps the variables alive).
-        signatures: {name: {"function", "inputs": {name: TensorInfo}, "outputs": {...}}}.
-        signature_defs: the SavedModel's SignatureDefMap as JSON (for the metadata API).
-    """
-
-    version: int
-    path: str
-    module: object
-    signatures: dict
-    signature_defs: dict
-
-    def run(self, signature_name: str, inputs: dict) -> dict:
-        """Calls a signature on {name: np.ndarray}; returns {output name: np.ndarray}."""
-        signature = self.signatures[signature_name]
-        tensors = {
-            name: tf.constant(inputs[name], dtype=info.dtype)
-            for name, info in signature["inputs"].items()
-        }
-        outputs = signature["function"](**tensors)
-        return {name: value.numpy() for name, value in outputs.items()}
-
-
-def load_version(path: str, version: int, calls: int = 1):
-    """Loads the SavedModel (or CTranslate2 export) at `path`; describes its signatures.
-
-    `calls`: how many calls may run at once (CTranslate2 sets its threads by it).
-    """
-    if ctranslate2_version.is_ctranslate2_version(path):
-        return ctranslate2_version.CTranslate2Version(path, version, calls)
-    module = tf.saved_model.load(path)
-    signatures = {}
-    for name, function in module.signatures.items():
-        _, input_specs = function.structured_input_signature
-        signatures[name] = {
-            "function": function,
-            "inputs": {k: _tensor_info(k, s) for k, s in sorted(input_specs.items())},
-            "outputs": {
-                k: _tensor_info(k, s) for k, s in sorted(function.structured_outputs.items())
-            },
-        }
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
-    signature_defs = {
-        name: json_format.MessageToDict(definition, preserving_proto_field_name=True)
-        for name, definition in proto.meta_graphs[0].signature_def.items()
-    }
-    return LoadedModel(version, path, module, signatures, signature_defs)
-
-
-def warm_up(model) -> int:
-    """Runs the predict bodies of the version's warm-up file, if any; returns how many.
-
-    The first call of a signature optimises its graph (seconds for a beam search); doing
-    it here keeps that out of the first real requests.
-    """
-    if isinstance(model, ctranslate2_version.CTranslate2Version):
-        return model.warm_up()
-    path = os.path.join(model.path, WARMUP_FILE)
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        bodies = json.load(f)
-    for body in bodies:
-        request = parse_predict(json.dumps(body).encode(), model.signatures)
-        model.run(request.signature_name, request.inputs)
-    return len(bodies)
+# The largest version TensorFlow Serving can hold (an int64).
+MAX_VERSION = 2**63 - 1
 
 
 class ModelStore:
@@ -129,10 +41,20 @@ class ModelStore:
         model_dir: EXPORT_DIR/MODEL_NAME, holding integer version folders.
         poll_seconds: how often to look for a newer version (0 = never).
         log: where progress lines go.
+        pipes: calls a version's worker runs at once.
+        worker_setup: what each version's worker calls first (`worker.WorkerModel`).
     """
 
-    def __init__(self, model_dir: str, poll_seconds: float = 5.0, log=None, pipes: int = 1):
+    def __init__(
+        self,
+        model_dir: str,
+        poll_seconds: float = 5.0,
+        log=None,
+        pipes: int = 1,
+        worker_setup=None,
+    ):
         self.pipes = pipes  # calls a version's worker runs at once
+        self.worker_setup = worker_setup  # see worker.WorkerModel
         self.model_dir = os.path.abspath(model_dir)
         self.name = os.path.basename(self.model_dir.rstrip(os.sep))
         self.poll_seconds = poll_seconds
@@ -144,6 +66,9 @@ class ModelStore:
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self._ignored: set = set()  # folder names already reported as not versions
+        self._leases: dict = {}  # WorkerModel -> requests using it
+        self._retired: set = set()  # replaced versions still leased: closed on the last release
+        self._orphan_reported: int | None = None  # served version whose folder is gone
 
     @property
     def current(self) -> WorkerModel | None:
@@ -154,7 +79,8 @@ class ModelStore:
         """The integer versions with a saved_model.pb or a CTranslate2 model, ascending.
 
         Only names of ASCII digits are versions: `str.isdigit()` also accepts `²` or `٣`,
-        which `int()` rejects or reads as a number whose folder has another name. Hidden
+        which `int()` rejects or reads as a number whose folder has another name. A number
+        above MAX_VERSION is not one either: stock TensorFlow Serving cannot load it. Hidden
         folders are exports being written (the exporter's `.tmp-VERSION-PID`), passed over
         without a word.
         """
@@ -168,13 +94,19 @@ class ModelStore:
             if not os.path.isfile(os.path.join(folder, "saved_model.pb")):
                 if not ctranslate2_version.is_ctranslate2_version(folder):
                     continue
-            if name.isascii() and name.isdigit():
+            if name.isascii() and name.isdigit() and int(name) <= MAX_VERSION:
                 versions.append(int(name))
             elif name not in self._ignored:
                 self._ignored.add(name)
+                reason = (
+                    f"a version number must be at most {MAX_VERSION} (a signed 64-bit "
+                    "integer, as TensorFlow Serving's)"
+                    if name.isascii() and name.isdigit()
+                    else "a version folder's name must be ASCII digits (0-9)"
+                )
                 self._log(
-                    f"ignoring {os.path.join(self.model_dir, name)}: a version folder's name "
-                    "must be ASCII digits (0-9); rename it to serve it"
+                    f"ignoring {os.path.join(self.model_dir, name)}: {reason}; rename it to "
+                    "serve it"
                 )
         return sorted(versions)
 
@@ -192,27 +124,46 @@ class ModelStore:
         return tuple(sorted(found))
 
     def load_newest(self) -> WorkerModel | None:
-        """Loads the newest version if it is newer than the current one; returns it.
+        """Loads the newest version unless it is served already; returns it.
 
-        A version that fails to load or warm up is reported and leaves the current one in
-        service; it is tried again once its files change (a copy still in progress, say).
+        The newest is usually newer than the current one; when the current version's
+        folder was deleted, it is the newest remaining one (an older version). A version
+        that fails to load or warm up is reported and leaves the current one in service;
+        it is tried again once its files change (a copy still in progress, say).
         """
         with self._lock:
             current = self._current
             failed = dict(self._failed)
-        versions = [
-            v
-            for v in self.versions_on_disk()
-            if v not in failed or failed[v] != self._fingerprint(v)
-        ]
-        if not versions or (current is not None and versions[-1] <= current.version):
+        on_disk = self.versions_on_disk()
+        versions = [v for v in on_disk if v not in failed or failed[v] != self._fingerprint(v)]
+        removed = current is not None and current.version not in on_disk
+        if removed and not versions and self._orphan_reported != current.version:
+            self._orphan_reported = current.version
+            self._log(
+                f"the folder of {self.name} version {current.version} was removed and no "
+                "other version can be loaded; still serving it from memory"
+            )
+        if not versions or (
+            current is not None and not removed and versions[-1] <= current.version
+        ):
             return None
         version = versions[-1]
+        if removed:
+            self._log(
+                f"the folder of {self.name} version {current.version} was removed; "
+                f"loading version {version}, the newest left"
+            )
+        return self._load(version)
+
+    def _load(self, version: int) -> WorkerModel | None:
+        """Loads `version` in a worker and swaps it in; None (logged) if it fails."""
         fingerprint = self._fingerprint(version)
         self._set_state(version, "LOADING")
         started = time.monotonic()
         try:
-            model = WorkerModel(os.path.join(self.model_dir, str(version)), version, self.pipes)
+            model = WorkerModel(
+                os.path.join(self.model_dir, str(version)), version, self.pipes, self.worker_setup
+            )
         except Exception as error:  # noqa: BLE001 - any broken version must not stop serving.
             message = str(error).strip().splitlines()[0][:500]
             if not isinstance(error, WorkerFailed):  # Its message names the error already.
@@ -227,11 +178,49 @@ class ModelStore:
             self._states[version] = ("AVAILABLE", "")
             if previous is not None:
                 self._states[previous.version] = ("END", "")
+        if previous is not None:
+            self._retire(previous)
         self._log(
             f"loaded {self.name} version {version} in {time.monotonic() - started:.1f}s "
             f"({model.warmed} warm-up requests)"
         )
         return model
+
+    @contextlib.contextmanager
+    def lease(self):
+        """Yields the current version (None before one loads), held until the block ends.
+
+        A version replaced meanwhile keeps answering the block's calls; its worker is
+        closed when the last lease on it ends.
+        """
+        with self._lock:
+            model = self._current
+            if model is not None:
+                self._leases[model] = self._leases.get(model, 0) + 1
+        try:
+            yield model
+        finally:
+            if model is not None:
+                self._release(model)
+
+    def _release(self, model: WorkerModel) -> None:
+        with self._lock:
+            self._leases[model] -= 1
+            if self._leases[model]:
+                return
+            del self._leases[model]
+            if model not in self._retired:
+                return
+            self._retired.discard(model)
+        model.close()
+
+    def _retire(self, model: WorkerModel) -> None:
+        """Closes a replaced version now, or when its last lease ends."""
+        with self._lock:
+            if self._leases.get(model):
+                self._retired.add(model)
+                return
+        model.close()
 
     def _set_state(self, version: int, state: str, message: str = "") -> None:
         with self._lock:

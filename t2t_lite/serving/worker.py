@@ -5,22 +5,25 @@ the process's eager context) after every Python reference to the loaded object i
 loading a version in the server's own process grew it by 150-230 MB per new version, for
 good. A process can be ended, so a version is loaded by a worker started for it (spawned:
 a fresh interpreter, not a fork of a process running threads). The worker loads and warms
-the version up, describes its signatures, and runs predict calls sent over pipes, one
-pipe per batcher thread so that batches still run side by side. The server holds a
-`WorkerModel` per version; when the last request holding an old version lets it go, its
-pipes are closed and the worker exits.
+the version up (`loading.py`), describes its signatures, and runs predict calls sent over
+pipes, one pipe per batcher thread so that batches still run side by side. The server
+holds a `WorkerModel` per version and closes it once the version is retired and no
+request uses it (`model_store.ModelStore.lease`); its pipes close and the worker exits.
+
+This module imports TensorFlow only inside functions: the worker process imports it after
+the `setup` function it was given (the serve command's `cli.quiet_worker`) has quieted
+TensorFlow's start-up noise, as every command does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
 import sys
 import threading
 import weakref
-
-import tensorflow as tf
 
 # How long a worker may take to exit after its pipes are closed before it is killed.
 _EXIT_SECONDS = 10.0
@@ -30,13 +33,21 @@ class WorkerFailed(RuntimeError):
     """The worker of a version could not load it, or stopped; the message says why."""
 
 
-def _worker_main(path: str, version: int, connections: list) -> None:
-    """The worker process: load, warm up, answer `(signature, inputs)` on every pipe."""
-    from t2t_lite.serving.model_store import load_version, warm_up
+def _worker_main(path: str, version: int, connections: list, setup=None) -> None:
+    """The worker process: load, warm up, answer `(signature, inputs)` on every pipe.
+
+    `setup()`, called before TensorFlow is imported, returns a context manager for the
+    load and warm-up (the serve command's `cli.quiet_worker`, which hides start-up noise).
+    """
+    guard = setup() if setup is not None else contextlib.nullcontext()
+    import tensorflow as tf
+
+    from t2t_lite.serving.loading import load_version, warm_up
 
     try:
-        model = load_version(path, version, calls=len(connections))
-        warmed = warm_up(model)
+        with guard:
+            model = load_version(path, version, calls=len(connections))
+            warmed = warm_up(model)
     except Exception as error:  # noqa: BLE001 - reported to the server, which goes on.
         message = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:500]}"
         connections[0].send(("failed", message))
@@ -74,6 +85,8 @@ def _worker_main(path: str, version: int, connections: list) -> None:
 
 def _rebuilt_error(kind: str, name: str, message: str) -> Exception:
     """The worker's error as the server's code expects it (a tf.errors class for op errors)."""
+    import tensorflow as tf
+
     if kind == "op_error":
         error_class = getattr(tf.errors, name, None)
         if isinstance(error_class, type) and issubclass(error_class, tf.errors.OpError):
@@ -98,25 +111,26 @@ def _stop(process, connections: list) -> None:
 
 
 class WorkerModel:
-    """One version, loaded in a worker process; used like `model_store.LoadedModel`.
+    """One version, loaded in a worker process; used like `loading.LoadedModel`.
 
     Args:
         path: the version folder.
         version: its integer version.
         pipes: how many calls may run at once (the batcher's threads).
+        setup: a picklable function the worker calls first (see `_worker_main`), or None.
 
     Raises:
         WorkerFailed: the version could not be loaded or warmed up (the message says why).
     """
 
-    def __init__(self, path: str, version: int, pipes: int = 1):
+    def __init__(self, path: str, version: int, pipes: int = 1, setup=None):
         self.version = version
         self.path = path
         context = multiprocessing.get_context("spawn")
         ends = [context.Pipe() for _ in range(max(1, pipes))]
         self._process = context.Process(
             target=_worker_main,
-            args=(path, version, [child for _, child in ends]),
+            args=(path, version, [child for _, child in ends], setup),
             name=f"version-{version}",
             daemon=True,
         )
