@@ -422,3 +422,25 @@ def test_a_damaged_shard_is_named_with_what_to_do(translate_run, tmp_path, split
     message = str(error.value)
     assert message.startswith(f"{shard}: cannot be read (")
     assert "python -m t2t_lite.datagen --problem=tiny_translate" in message
+
+
+def test_a_resume_that_diverges_leaves_the_runs_settings_as_they_were(algorithmic_run, tmp_path):
+    output_dir = _copy(algorithmic_run, tmp_path / "run")
+    files = {name: (output_dir / name).read_text() for name in ("hparams.json", "manifest.json")}
+    assert json.loads(files["hparams.json"])["learning_rate"] != 1e35
+    with pytest.raises(run_dir.RunDirError, match=r"training diverged at step 8"):
+        trainer.train_and_evaluate(
+            _config(output_dir, train_steps=12, save_every=2, log_every=4),
+            _hp("learning_rate=1e35"),
+            printer=lambda _: None,
+        )
+    for name, text in files.items():
+        assert (output_dir / name).read_text() == text, name
+    # A resume that saves a checkpoint records the settings it trained it with.
+    trainer.train_and_evaluate(
+        _config(output_dir, train_steps=8), _hp("learning_rate=0.5"), printer=lambda _: None
+    )
+    assert tf.train.latest_checkpoint(str(output_dir)).endswith("ckpt-8")
+    assert json.loads((output_dir / "hparams.json").read_text())["learning_rate"] == 0.5
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    assert manifest["hparams"]["learning_rate"] == 0.5
