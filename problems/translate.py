@@ -30,8 +30,8 @@ or a later run would trust.
 
 Bad input raises `DataError` naming the file and line: a missing file, invalid UTF-8,
 source and target files of different lengths, a corpus with no text. A pair whose
-source or target line is empty (or only whitespace) is skipped and counted in the
-metadata ("skipped_empty", with the first locations), never silently.
+source or target line is empty (or only whitespace and NUL characters) is skipped and
+counted in the metadata ("skipped_empty", with the first locations), never silently.
 """
 
 from __future__ import annotations

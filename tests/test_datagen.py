@@ -501,3 +501,26 @@ def test_workers_never_finalise_what_the_parent_left_for_collection(tmp_path, ne
         gc.enable()
     assert os.getpid() not in worker_pids
     assert marks.read_text().split() == [str(os.getpid())]
+
+
+def test_nul_only_lines_are_skipped_and_counted_like_empty_ones(tmp_path, shared_data):
+    env, data_dir, raw = captions_with_blanks(tmp_path, shared_data)  # 2 blank train pairs
+    for split, language, number, text in (
+        ("train", "en", 40, "\x00"),
+        ("dev", "de", 3, " \x00\x00"),
+    ):
+        path = raw / f"{split}.{language}"
+        lines = path.read_text(encoding="utf-8").split("\n")
+        lines[number - 1] = text
+        path.write_text("\n".join(lines), encoding="utf-8")
+    result = run_datagen("--problem=my_captions:Captions", f"--data_dir={data_dir}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "train: 297 examples in 2 shards, 3 empty pairs skipped" in result.stdout
+    metadata = json.loads((data_dir / "captions_ende" / "metadata.json").read_text())
+    train, dev = metadata["splits"]["train"], metadata["splits"]["dev"]
+    assert (train["skipped_empty"], dev["skipped_empty"]) == (3, 1)
+    assert f"{raw / 'train.en'}:40" in train["skipped_first"]
+    assert dev["skipped_first"] == [f"{raw / 'dev.en'}:3"]
+    # The vocabulary sample leaves them out too: 600 train sentences, 3 blank.
+    assert "vocabulary sample: done in" in result.stderr
+    assert "597 of 597 non-empty sentences sampled" in result.stderr
