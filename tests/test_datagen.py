@@ -524,3 +524,54 @@ def test_nul_only_lines_are_skipped_and_counted_like_empty_ones(tmp_path, shared
     # The vocabulary sample leaves them out too: 600 train sentences, 3 blank.
     assert "vocabulary sample: done in" in result.stderr
     assert "597 of 597 non-empty sentences sampled" in result.stderr
+
+
+def _children(pid: int) -> set:
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as file:
+            found.update(int(child) for child in file.read().split())
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_kill_9_of_datagen_during_encoding_ends_its_workers(tmp_path, shared_data):
+    import time
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    flags = ["--problem=multi30k_ende", f"--data_dir={tmp_path}", "--workers=2",
+             f"--raw_dir={shared_data / 'multi30k'}", "--vocab_size=1000"]  # fmt: skip
+    with open(tmp_path / "stderr", "w") as errors:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "t2t_lite.datagen", *flags], stdout=subprocess.DEVNULL,
+            stderr=errors, env=env,
+        )  # fmt: skip
+    workers = set()
+    try:
+        deadline = time.monotonic() + 240
+        # Its two workers exist once encoding has started (forked at the first chunk).
+        while len(workers) < 2 and parent.poll() is None and time.monotonic() < deadline:
+            if "encoding train: started" in (tmp_path / "stderr").read_text():
+                workers = _children(parent.pid)
+            time.sleep(0.05)  # polling the log, not a synchronisation
+        assert len(workers) == 2, (tmp_path / "stderr").read_text()[-2000:]
+        parent.kill()  # SIGKILL: no handler of the parent runs
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _alive(pid)]
+        assert not (tmp_path / "multi30k_ende" / "metadata.json").exists()
+    finally:
+        parent.kill()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, 9)
