@@ -242,6 +242,16 @@ class TranslateProblem(Problem):
             )
         return metadata
 
+    def verify(self, data_dir: str) -> None:
+        """Each shard's sha256 against metadata.json (a shard rewritten in place keeps its size)."""
+        metadata = self.metadata(data_dir)
+        damage = records.damaged(self.folder(data_dir), metadata, content=True)
+        if damage:
+            raise DataError(
+                f"{damage}; rerun `python -m t2t_lite.datagen --problem={self.name} "
+                f"--data_dir={data_dir}`"
+            )
+
     def encoders(self, data_dir: str) -> dict:
         self.metadata(data_dir)
         encoder = SentencePieceEncoder(self.vocab_file(data_dir))

@@ -172,6 +172,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     problem = problems_lib.get(config.problem)
     best.check_metric(config.keep_best, config.eval_bleu_sentences, problem)
     problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
+    problem.verify(config.data_dir)  # and for shards whose bytes are not datagen's
     source = warm_start.find_source(config)  # None unless a new run warm-starts
     created = not os.path.isdir(config.output_dir)
     run_dir.prepare(config.output_dir)
