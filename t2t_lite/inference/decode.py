@@ -221,7 +221,8 @@ class Decoder:
         present = [index for index, ids in enumerate(encoded) if ids is not None]
         progress = Progress(len(present), self.printer, self.report_every)
         start, tokens = time.monotonic(), 0
-        for batch in length_batches([len(encoded[index]) for index in present], self.batch_size):
+        sizes = [len(encoded[index]) for index in present]
+        for batch in length_batches(sizes, self.batch_size, self.config.extra_length):
             rows = [present[position] for position in batch]
             ids, batch_scores = self.translator.search(pad_batch([encoded[r] for r in rows]))
             ids, batch_scores = np.asarray(ids), np.asarray(batch_scores)  # [B, K, L], [B, K]
