@@ -8,7 +8,8 @@ They never run TensorFlow ops (protocol buffers only), and they freeze the objec
 inherit from the garbage collector at once: TensorFlow objects the parent left for
 collection would otherwise be finalised in the fork, where TensorFlow's runtime is not
 usable (a segmentation fault). A worker that dies (killed, out of memory) stops datagen
-with an error that says so, rather than leaving it waiting for its result.
+with an error that says so, rather than leaving it waiting for its result; a main
+process that dies (kill -9 included) takes its workers with it.
 
 Results come back in submission order and only a few chunks are in flight at once, so
 the output does not depend on the number of workers and memory does not grow with
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import gc
 import hashlib
 import math
@@ -131,12 +133,32 @@ def serialize(inputs: list, targets: list) -> bytes:
     return example.SerializeToString(deterministic=True)
 
 
-def _start_worker() -> None:
+def _start_worker(parent: int) -> None:
     # Objects inherited from the parent are never collected here (see the module's doc).
     gc.freeze()
     # Ctrl-C reaches the whole process group: the main process stops the pool, and the
     # workers print no tracebacks of their own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> None:
+    """Has the kernel kill this worker when `parent` ends, however it ends (kill -9 too).
+
+    A worker waits for tasks on a pipe that its dead parent no longer writes to but that
+    its sibling workers keep open, so without this it would sleep for ever, holding the
+    vocabulary and its word cache. Linux only (prctl); elsewhere nothing is done.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the line above took effect
+        os._exit(1)
 
 
 class WorkerDied(RuntimeError):
@@ -159,7 +181,10 @@ class Workers:
         if self.count > 1:
             gc.collect()  # The parent's own garbage goes here, where TensorFlow still works.
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.count, multiprocessing.get_context("fork"), initializer=_start_worker
+                self.count,
+                multiprocessing.get_context("fork"),
+                initializer=_start_worker,
+                initargs=(os.getpid(),),
             )
         return self
 

@@ -190,6 +190,14 @@ class Problem:
         """A short hash that changes when the problem's data changes."""
         return hashlib.sha256(self.name.encode()).hexdigest()[:16]
 
+    def verify(self, data_dir: str) -> None:
+        """Checks every byte of the problem's files against what datagen recorded.
+
+        For the trainer's start: a full read, unlike the size checks of every access.
+        Problems generated in code have no files. Raises DataError naming a damaged file.
+        """
+        del data_dir
+
     def dataset(
         self,
         split: str,

@@ -31,7 +31,7 @@ from t2t_lite.problems.encoding import (
 from t2t_lite.problems.problem import TRAIN
 from t2t_lite.problems.progress import Progress
 from t2t_lite.problems.sampling import SEED as _SEED
-from t2t_lite.problems.sampling import read_sample, vocab_sample
+from t2t_lite.problems.sampling import is_blank, read_sample, vocab_sample
 from t2t_lite.problems.vocab import train_sentencepiece
 
 METADATA_FILE = "metadata.json"
@@ -188,7 +188,7 @@ def _finish_shards(pool: Workers, split: str, paths: list, counts: list, progres
 def _skip_empty(pairs, stats: dict):
     for pair in pairs:
         stats["read"] += 1
-        if pair[2].strip() and pair[3].strip():
+        if not (is_blank(pair[2]) or is_blank(pair[3])):
             yield pair
         else:
             stats["skipped_empty"] += 1

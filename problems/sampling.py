@@ -23,6 +23,11 @@ SEED = 1234  # the vocabulary sample (and datagen's shuffling)
 _REPORT_EVERY = 8192  # sentences between two looks at the clock
 
 
+def is_blank(text: str) -> bool:
+    """True for a sentence with nothing to translate: empty, whitespace or NUL characters."""
+    return not text.replace("\x00", "").strip()
+
+
 def vocab_sample(corpus, size: int, path: str, totals: dict, progress) -> int:
     """Writes the sample of the training sentences to `path`; returns how many it holds."""
     pairs = totals.get(TRAIN)
@@ -32,7 +37,7 @@ def vocab_sample(corpus, size: int, path: str, totals: dict, progress) -> int:
         chosen = []
         seen = 0  # non-empty sentences
         for read, text in enumerate(_sentences(corpus), 1):
-            if text.strip():
+            if not is_blank(text):
                 if seen < size:
                     chosen.append(seen)
                 else:
@@ -47,7 +52,7 @@ def vocab_sample(corpus, size: int, path: str, totals: dict, progress) -> int:
         with open(path, "wb") as f:
             position = 0
             for again, text in enumerate(_sentences(corpus), read + 1):
-                if written < len(chosen) and text.strip():
+                if written < len(chosen) and not is_blank(text):
                     if position == chosen[written]:
                         data = text.encode("utf-8")
                         f.write(struct.pack("<I", len(data)))

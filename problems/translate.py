@@ -30,8 +30,8 @@ or a later run would trust.
 
 Bad input raises `DataError` naming the file and line: a missing file, invalid UTF-8,
 source and target files of different lengths, a corpus with no text. A pair whose
-source or target line is empty (or only whitespace) is skipped and counted in the
-metadata ("skipped_empty", with the first locations), never silently.
+source or target line is empty (or only whitespace and NUL characters) is skipped and
+counted in the metadata ("skipped_empty", with the first locations), never silently.
 """
 
 from __future__ import annotations
@@ -252,6 +252,16 @@ class TranslateProblem(Problem):
                 f"--data_dir={data_dir}`"
             )
         return metadata
+
+    def verify(self, data_dir: str) -> None:
+        """Each shard's sha256 against metadata.json (a shard rewritten in place keeps its size)."""
+        metadata = self.metadata(data_dir)
+        damage = records.damaged(self.folder(data_dir), metadata, content=True)
+        if damage:
+            raise DataError(
+                f"{damage}; rerun `python -m t2t_lite.datagen --problem={self.name} "
+                f"--data_dir={data_dir}`"
+            )
 
     def encoders(self, data_dir: str) -> dict:
         self.metadata(data_dir)

@@ -190,6 +190,14 @@ class SentencePieceEncoder(TextEncoder):
 
     def _check_reserved_ids(self) -> None:
         processor = self._processor
+        # An empty or piece-less file parses as a model with no pieces, which every id
+        # lookup below would reject with an IndexError.
+        if processor.get_piece_size() <= EOS_ID:
+            raise ValueError(
+                f"{self.model_path} is not a SentencePiece model: it has "
+                f"{processor.get_piece_size()} pieces ({len(self.model_proto)} bytes); "
+                "rebuild it with `python -m t2t_lite.datagen`"
+            )
         found = (processor.pad_id(), processor.eos_id(), processor.piece_to_id("<0xE2>"))
         if found[:2] != (PAD_ID, EOS_ID) or processor.is_unknown(found[2]):
             raise ValueError(

@@ -14,6 +14,7 @@ import sys
 from absl import app, flags
 
 from t2t_lite import cli
+from t2t_lite.ids import EOS_ID
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -83,14 +84,17 @@ def main(argv):
         encoders = trained.problem.encoders(FLAGS.data_dir)
         limit = trained.hp.max_position
         source_ids = _encode(encoders["inputs"], source, where, limit)
+        source_labels = attention_maps.token_labels(encoders["inputs"], [*source_ids, EOS_ID])
+        _check_drawable([attention_maps.ENCODER], source_labels, [], trained)
         how = "--target" if FLAGS.target is not None else f"the model's {FLAGS.method} output"
         if FLAGS.target is None:
             target_ids = _translate(trained, source_ids)
         else:
             target_ids = _encode(encoders["targets"], FLAGS.target, "--target", limit, empty=True)
+        target_labels = attention_maps.token_labels(encoders["targets"], [*target_ids, EOS_ID])
+        kinds = [attention_maps.DECODER, attention_maps.ENCODER_DECODER]
+        _check_drawable(kinds, source_labels, target_labels, trained)
         attention = attention_maps.sentence_attention(trained.model, source_ids, target_ids)
-        source_labels = attention_maps.token_labels(encoders["inputs"], attention.source_ids)
-        target_labels = attention_maps.token_labels(encoders["targets"], attention.target_ids)
         written = attention_maps.write_figures(
             attention, source_labels, target_labels, image_dir, FLAGS.dpi
         )
@@ -103,8 +107,21 @@ def main(argv):
         print(path)
 
 
+def _check_drawable(kinds: list, source_labels: list, target_labels: list, trained) -> None:
+    """Refuses, before the work, pictures too large to draw (`attention_maps.MAX_PIXELS`)."""
+    from t2t_lite.models import attention_maps
+
+    for kind in kinds:
+        attention_maps.check_drawable(
+            kind, source_labels, target_labels, trained.model.num_heads, FLAGS.dpi
+        )
+
+
 def _encode(encoder, text: str, where: str, max_position: int, empty: bool = False) -> list:
     """Token ids of `text` (no EOS); a ValueError naming `where` for text the model cannot take."""
+    # Spaces (and NUL characters) alone are pieces to a SentencePiece vocabulary, not a sentence.
+    if not empty and not text.replace("\x00", "").strip():
+        raise ValueError(f"{where} is empty; give a sentence to draw the attention of")
     try:
         ids = encoder.encode(text)
     except ValueError as error:

@@ -38,8 +38,8 @@ flags.DEFINE_string(
 )  # fmt: skip
 flags.DEFINE_string("decode_from_file", None, "Input text, one sentence per line.")
 flags.DEFINE_string(
-    "decode_to_file", None, "Output file; default OUTPUT_DIR/decode/<input>.<method>.decodes "
-    "(.decodes.jsonl with --output_format=jsonl, <input>.scores.jsonl with --score_file)."
+    "decode_to_file", None, "Output file; default "
+    "OUTPUT_DIR/decode/<input>.<checkpoint>.<method>.decodes (.decodes.jsonl with --output_format=jsonl, <input>.scores.jsonl with --score_file)."
 )  # fmt: skip
 flags.DEFINE_string(
     "reference_file", None, "References aligned with the input: score the output and write "
@@ -138,8 +138,9 @@ def main(argv):
                 decoder, return_beams=FLAGS.return_beams, output_format=FLAGS.output_format
             )
             return
+        checkpoint = FLAGS.ct2_model if FLAGS.engine == "ctranslate2" else trained.checkpoint_path
         output = FLAGS.decode_to_file or decode.default_output_path(
-            FLAGS.output_dir, FLAGS.decode_from_file, config, FLAGS.output_format
+            FLAGS.output_dir, FLAGS.decode_from_file, config, FLAGS.output_format, checkpoint
         )
         decode.decode_file(
             decoder,

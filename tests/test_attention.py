@@ -7,10 +7,12 @@ softmax(Q K^T / sqrt(Dh) + mask) in float64 numpy, on the states the model's ord
 """
 
 import glob
+import gzip
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import matplotlib.image
 import numpy as np
@@ -338,3 +340,98 @@ def test_mirrored_training_writes_the_attention_image_at_every_evaluation(tmp_pa
         images["eval/attention/encoder_decoder_layers"][2].shape[1]
         > (images["eval/attention/encoder_decoder_last_layer"][2].shape[1])
     )
+
+
+def _peak_rss_of_command(args: list, limit: int, timeout: float = 300):
+    """(return code, stderr, peak resident bytes) of `python -m t2t_lite.attention args`.
+
+    The command is killed as soon as its resident memory passes `limit` bytes (the code is
+    then -9): what it would reach unchecked is what the test guards against, and must not
+    take the machine's memory meanwhile. The peak is the kernel's own count for that
+    child (ru_maxrss of wait4), not a sample.
+    """
+    import time
+
+    command = [sys.executable, "-m", "t2t_lite.attention", "--problem=algorithmic_reverse", *args]
+    with open(os.devnull, "w") as null, tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen(command, stdout=null, stderr=errors, text=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if _resident_bytes(child.pid) > limit or time.monotonic() > deadline:
+                child.kill()
+            time.sleep(0.05)  # a watchdog's sampling period, not a synchronisation
+        child.returncode = os.waitstatus_to_exitcode(status)
+        errors.seek(0)
+        return child.returncode, errors.read(), usage.ru_maxrss * 1024
+
+
+def _resident_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:  # it has just exited
+        pass
+    return 0
+
+
+MEMORY_BOUND = 1536 * 2**20  # loading TensorFlow and the run takes about 0.6 GiB
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_sentence_too_long_to_draw_is_refused_with_bounded_memory(trained, tmp_path, side):
+    # 967 pieces: under the model's 1,023 positions, but a 968 x 968 cell picture per head.
+    long = " ".join(str(i % 10) for i in range(967))
+    args = ["--sentence=" + long] if side == "source" else ["--sentence=1 2", "--target=" + long]
+    run = os.path.dirname(trained.checkpoint_path)
+    code, stderr, peak = _peak_rss_of_command(
+        [f"--output_dir={run}", f"--image_dir={tmp_path / 'images'}", *args], MEMORY_BOUND
+    )
+    assert peak <= MEMORY_BOUND, f"peak resident memory {peak / 2**20:.0f} MiB"
+    assert code == 1, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    kind = "encoder self-attention" if side == "source" else "decoder self-attention"
+    assert last.startswith(f"t2t_lite.attention: the {kind} picture would be "), last
+    panels = trained.model.num_heads + 1
+    assert (
+        f" pixels (968 x 968 pieces, {panels} panels, --dpi=100), more than the 40,000,000 "
+        f"this command draws; give a {side} of at most "
+    ) in last, last
+    assert last.endswith(" pieces (and EOS), or lower --dpi"), last
+    assert not (tmp_path / "images").exists()
+    # The length it names fits, one more piece does not.
+    fits = int(last.split("at most ")[1].split()[0])
+    labels = [str(i % 10) for i in range(fits)] + ["</s>"]
+    source, target = (labels, ["1", "</s>"]) if side == "source" else (["1", "2", "</s>"], labels)
+    kind = attention_maps.ENCODER if side == "source" else attention_maps.DECODER
+    heads = trained.model.num_heads
+    attention_maps.check_drawable(kind, source, target, heads)
+    longer = ["0", *labels]
+    with pytest.raises(ValueError, match="more than the 40,000,000"):
+        if side == "source":
+            attention_maps.check_drawable(kind, longer, target, heads)
+        else:
+            attention_maps.check_drawable(kind, source, longer, heads)
+
+
+def test_blank_sentences_are_refused_before_a_sentencepiece_vocabulary_makes_pieces_of_them(
+    shared_data, tmp_path
+):
+    from t2t_lite import attention
+    from t2t_lite.problems.vocab import SentencePieceEncoder, train_sentencepiece
+
+    with gzip.open(shared_data / "multi30k" / "train.en.gz", "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for _, line in zip(range(400), f)]
+    encoder = SentencePieceEncoder(
+        train_sentencepiece(lines, str(tmp_path / "vocab.model"), 400, num_threads=1)
+    )
+    for blank in ("   ", "\t", " \u00a0 ", "\u3000", "\x00\x00"):
+        assert encoder.encode(blank), repr(blank)  # pieces of spaces, tabs, NULs
+        with pytest.raises(ValueError) as error:
+            attention._encode(encoder, blank, "--sentence", 1024)
+        assert str(error.value) == "--sentence is empty; give a sentence to draw the attention of"
+    assert attention._encode(encoder, " A dog. ", "--sentence", 1024) == encoder.encode(" A dog. ")

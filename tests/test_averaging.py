@@ -4,6 +4,7 @@ and read back by the decoder and exporter commands."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -309,3 +310,29 @@ def test_decoder_and_exporter_accept_the_averaged_checkpoint(transformer_run, tm
     assert f"exported version 1: {saved_model}" in exported.stdout
     assert (saved_model / "saved_model.pb").is_file()
     assert (saved_model / "variables" / "variables.index").is_file()
+
+
+@pytest.mark.parametrize("damaged", ["ckpt-3.data-00000-of-00001", "ckpt-3.index"])
+def test_a_truncated_checkpoint_is_named_with_what_to_do(run_dir, tmp_path, damaged):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    path = copy / damaged
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size // 2)
+    done = run_module(
+        "t2t_lite.avg_checkpoints", f"--output_dir={copy}", "--num_last=3",
+        f"--averaged_dir={tmp_path / 'averaged'}",
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"avg_checkpoints: cannot read checkpoint {copy / 'ckpt-3'} ("), last
+    assert last.endswith(
+        "): its files are damaged (truncated or partly copied). Copy them again, or leave it "
+        "out: lower --num_last so that it is not among the newest, or average a run folder "
+        "that does not list it."
+    ), last
+    assert tf.train.latest_checkpoint(str(tmp_path / "averaged")) is None
+    # With only ckpt-4, the newest, averaged, the same run averages.
+    assert run_module("t2t_lite.avg_checkpoints", f"--output_dir={copy}", "--num_last=1",
+                      f"--averaged_dir={tmp_path / 'averaged'}").returncode == 0  # fmt: skip

@@ -501,3 +501,77 @@ def test_workers_never_finalise_what_the_parent_left_for_collection(tmp_path, ne
         gc.enable()
     assert os.getpid() not in worker_pids
     assert marks.read_text().split() == [str(os.getpid())]
+
+
+def test_nul_only_lines_are_skipped_and_counted_like_empty_ones(tmp_path, shared_data):
+    env, data_dir, raw = captions_with_blanks(tmp_path, shared_data)  # 2 blank train pairs
+    for split, language, number, text in (
+        ("train", "en", 40, "\x00"),
+        ("dev", "de", 3, " \x00\x00"),
+    ):
+        path = raw / f"{split}.{language}"
+        lines = path.read_text(encoding="utf-8").split("\n")
+        lines[number - 1] = text
+        path.write_text("\n".join(lines), encoding="utf-8")
+    result = run_datagen("--problem=my_captions:Captions", f"--data_dir={data_dir}", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "train: 297 examples in 2 shards, 3 empty pairs skipped" in result.stdout
+    metadata = json.loads((data_dir / "captions_ende" / "metadata.json").read_text())
+    train, dev = metadata["splits"]["train"], metadata["splits"]["dev"]
+    assert (train["skipped_empty"], dev["skipped_empty"]) == (3, 1)
+    assert f"{raw / 'train.en'}:40" in train["skipped_first"]
+    assert dev["skipped_first"] == [f"{raw / 'dev.en'}:3"]
+    # The vocabulary sample leaves them out too: 600 train sentences, 3 blank.
+    assert "vocabulary sample: done in" in result.stderr
+    assert "597 of 597 non-empty sentences sampled" in result.stderr
+
+
+def _children(pid: int) -> set:
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as file:
+            found.update(int(child) for child in file.read().split())
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """True while process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_kill_9_of_datagen_during_encoding_ends_its_workers(tmp_path, shared_data):
+    import time
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    flags = ["--problem=multi30k_ende", f"--data_dir={tmp_path}", "--workers=2",
+             f"--raw_dir={shared_data / 'multi30k'}", "--vocab_size=1000"]  # fmt: skip
+    with open(tmp_path / "stderr", "w") as errors:
+        parent = subprocess.Popen(
+            [sys.executable, "-m", "t2t_lite.datagen", *flags], stdout=subprocess.DEVNULL,
+            stderr=errors, env=env,
+        )  # fmt: skip
+    workers = set()
+    try:
+        deadline = time.monotonic() + 240
+        # Its two workers exist once encoding has started (forked at the first chunk).
+        while len(workers) < 2 and parent.poll() is None and time.monotonic() < deadline:
+            if "encoding train: started" in (tmp_path / "stderr").read_text():
+                workers = _children(parent.pid)
+            time.sleep(0.05)  # polling the log, not a synchronisation
+        assert len(workers) == 2, (tmp_path / "stderr").read_text()[-2000:]
+        parent.kill()  # SIGKILL: no handler of the parent runs
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if _alive(pid)]
+        assert not (tmp_path / "multi30k_ende" / "metadata.json").exists()
+    finally:
+        parent.kill()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, 9)

@@ -28,7 +28,7 @@ from t2t_lite.inference import DecodeError, Decoder, decode, decode_file, read_l
 from t2t_lite.inference.outputs import output_lines
 from t2t_lite.runs import RestoreError, load_trained_model
 from t2t_lite.search import SearchConfig, length_batches
-from t2t_lite.training import bleu_eval, trainer
+from t2t_lite.training import averaging, bleu_eval, trainer
 
 MULTI30K_HPARAMS = "hidden_size=32,filter_size=64,num_heads=2,batch_size=512,max_length=32"
 BLEU_SENTENCES = 6
@@ -497,3 +497,30 @@ def test_output_lines_never_break_line_alignment(tmp_path):
     path = tmp_path / "out.txt"
     decode.write_lines(str(path), lines)
     assert path.read_text(encoding="utf-8").splitlines() == ["a b c", "", "x y"]
+
+
+def test_decoding_with_another_checkpoint_writes_files_of_its_own(reverse_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reverse_run, run)
+    averaged = averaging.average_last_checkpoints(str(run), num_last=1)  # RUN/averaged/ckpt-N
+    newest = os.path.basename(tf.train.latest_checkpoint(str(run)))
+    lines = ["3 1 4", "1 5 9 2 6"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "ref.txt").write_text("\n".join(map(reverse, lines)) + "\n")
+    outputs = {}
+    for checkpoint, label in ((None, newest), (averaged, f"averaged-{newest}")):
+        result = run_decoder(
+            "--problem=algorithmic_reverse", f"--output_dir={run}",
+            f"--decode_from_file={tmp_path / 'in.txt'}",
+            f"--reference_file={tmp_path / 'ref.txt'}",
+            *([f"--checkpoint_path={checkpoint}"] if checkpoint else []),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[label] = run / "decode" / f"in.txt.{label}.beam4.decodes"
+    written = sorted(os.listdir(run / "decode"))
+    # Each checkpoint's decode and score file, side by side.
+    for path in outputs.values():
+        assert path.name in written, written
+        assert len(path.read_text().splitlines()) == 2
+        assert [name for name in written if name.startswith(path.name + ".")], written
+    assert len(written) == 4, written

@@ -313,3 +313,24 @@ def test_the_trainer_command_names_the_flag(tmp_path):
         "the dev score it watches"
     )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "value, shown", [('"abc"', '"abc"'), ("null", "null"), ("NaN", "NaN"), ("Infinity", "Infinity")]
+)
+def test_a_best_json_without_a_finite_value_is_refused_at_resume(tmp_path, value, shown):
+    tracker, folder = _tracker(tmp_path, "loss")
+    checkpoint = tf.train.Checkpoint(model=_Model())
+    tracker.observe(2, {"loss": 2.0}, checkpoint, tf.summary.create_file_writer(str(tmp_path)))
+    path = folder / "best.json"
+    text = path.read_text()
+    assert '"value": 2.0,' in text
+    path.write_text(text.replace('"value": 2.0,', f'"value": {value},'))
+    kept = sorted(os.listdir(folder))
+    with pytest.raises(run_dir.RunDirError) as error:
+        best.BestTracker.resume(_config(tmp_path), str(tmp_path), 2, True, print)
+    assert str(error.value) == (
+        f'cannot read {path} (ValueError: its "value" is {shown}, not a finite number); move '
+        f"{folder} away (the run then keeps a new best) and rerun"
+    )
+    assert sorted(os.listdir(folder)) == kept  # the checkpoint kept there is left alone

@@ -390,7 +390,10 @@ def test_the_decoder_command_writes_json_lines_with_the_beams_scores(reverse_run
         f"--decode_from_file={src}", "--output_format=jsonl", "--return_beams",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    output = reverse_run / "decode" / "test_scoring_jsonl_input.txt.beam4.decodes.jsonl"
+    checkpoint = os.path.basename(tf.train.latest_checkpoint(str(reverse_run)))
+    output = (
+        reverse_run / "decode" / f"test_scoring_jsonl_input.txt.{checkpoint}.beam4.decodes.jsonl"
+    )
     records = read_jsonl(output)
     assert [(r["line"], r["source"]) for r in records] == [(1, lines[0]), (2, ""), (3, lines[2])]
     assert records[1]["hypotheses"] == []

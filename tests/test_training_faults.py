@@ -19,9 +19,11 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from t2t_lite import hparams, problems
+from t2t_lite.problems import encoding
 from t2t_lite.problems.corpus import DataError
 from t2t_lite.problems.translate import TranslateProblem
 from t2t_lite.runs import run_dir
+from t2t_lite.search import length_batches
 from t2t_lite.training import bleu_eval, resume, trainer
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48"
@@ -239,6 +241,35 @@ def test_bleu_decodes_the_start_of_an_over_long_sentence(translate_run):
     assert len(result["hypotheses"]) == len(evaluator.references) == 13
 
 
+def test_an_over_long_dev_sentence_is_searched_alone_and_costs_in_proportion(translate_run):
+    problem, data = TinyTranslate(), str(translate_run["data"])
+    # Sinusoid positions up to 1,024: the long dev pair (8 sentences joined) is not cut.
+    model, _ = trainer.build_model_and_optimizer(_hp(), problem, data, tf.distribute.get_strategy())
+    evaluator = bleu_eval.BleuEvaluator(model, problem, data, 20, method="greedy")
+    extra = evaluator.config.extra_length
+    lengths = [len(ids) for ids in evaluator.inputs]
+    longest = lengths.index(max(lengths))
+    assert max(lengths) + extra > 2 * (sorted(lengths)[-2] + extra), lengths
+    batches = evaluator.batches()
+    assert [longest] in batches
+    assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+    # Every row of a batch computes for as many steps as the batch's longest, at its
+    # width: so each row costs at most twice what it would alone.
+    cost = sum(len(batch) * (lengths[batch[0]] + extra) for batch in batches)
+    assert cost <= 2 * sum(length + extra for length in lengths)
+    assert len(evaluator.evaluate()["hypotheses"]) == len(lengths) == 13
+
+
+def test_length_batches_put_a_sentence_whose_search_is_twice_as_long_apart():
+    lengths = [12, 900, 30, 29, 5, 31]
+    assert length_batches(lengths, 32) == [[1, 5, 2, 3, 0, 4]]
+    assert length_batches(lengths, 32, extra_length=50) == [[1], [5, 2, 3, 0, 4]]
+    assert length_batches(lengths, 2, extra_length=50) == [[1], [5, 2], [3, 0], [4]]
+    # (5 + 50) * 2 < 31 + 50 is false: short sentences stay with their batch.
+    assert length_batches([31, 5], 32, extra_length=50) == [[0, 1]]
+    assert length_batches([31, 5], 32, extra_length=0) == [[0], [1]]
+
+
 # Item 7: a full disk, and what killed saves leave.
 
 
@@ -420,5 +451,60 @@ def test_a_damaged_shard_is_named_with_what_to_do(translate_run, tmp_path, split
             printer=lambda _: None,
         )  # fmt: skip
     message = str(error.value)
-    assert message.startswith(f"{shard}: cannot be read (")
+    # Found at the start, by the shard's sha256 (its bytes are not datagen's).
+    assert message.startswith(f"{shard}: shard damaged: same size but not the bytes datagen")
     assert "python -m t2t_lite.datagen --problem=tiny_translate" in message
+
+
+def test_a_shard_rewritten_with_valid_checksums_is_refused_at_the_start(translate_run, tmp_path):
+    data = _copy(translate_run["data"], tmp_path / "data")
+    shard = sorted((data / "tiny_translate").glob("train-00000-of-*.tfrecord"))[0]
+    size = shard.stat().st_size
+    records = []
+    for record in tf.data.TFRecordDataset(str(shard)).as_numpy_iterator():
+        example = tf.train.Example.FromString(record)
+        inputs = list(example.features.feature["inputs"].int64_list.value)
+        targets = list(example.features.feature["targets"].int64_list.value)
+        records.append(encoding.serialize(inputs, targets[-2::-1] + targets[-1:]))  # EOS last
+    with tf.io.TFRecordWriter(str(shard)) as writer:
+        for record in records:
+            writer.write(record)
+    assert shard.stat().st_size == size
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(shard))) == len(records)  # CRCs valid
+    output_dir = tmp_path / "run"
+    config = _config(output_dir, problem=PROBLEM, data_dir=str(data), train_steps=2)
+    with pytest.raises(DataError) as error:
+        trainer.train_and_evaluate(
+            config, _hp(f"position_encoding=learned,max_position={MAX_POSITION}"),
+            printer=lambda _: None,
+        )  # fmt: skip
+    metadata = json.loads((data / "tiny_translate" / "metadata.json").read_text())
+    recorded = metadata["splits"]["train"]["shards"][0]["sha256"]
+    assert str(error.value) == (
+        f"{shard}: shard damaged: same size but not the bytes datagen wrote (sha256 differs "
+        f"from {recorded[:12]}... in metadata.json); rerun `python -m t2t_lite.datagen "
+        f"--problem=tiny_translate --data_dir={data}`"
+    )
+    assert not output_dir.exists()
+
+
+def test_a_resume_that_diverges_leaves_the_runs_settings_as_they_were(algorithmic_run, tmp_path):
+    output_dir = _copy(algorithmic_run, tmp_path / "run")
+    files = {name: (output_dir / name).read_text() for name in ("hparams.json", "manifest.json")}
+    assert json.loads(files["hparams.json"])["learning_rate"] != 1e35
+    with pytest.raises(run_dir.RunDirError, match=r"training diverged at step 8"):
+        trainer.train_and_evaluate(
+            _config(output_dir, train_steps=12, save_every=2, log_every=4),
+            _hp("learning_rate=1e35"),
+            printer=lambda _: None,
+        )
+    for name, text in files.items():
+        assert (output_dir / name).read_text() == text, name
+    # A resume that saves a checkpoint records the settings it trained it with.
+    trainer.train_and_evaluate(
+        _config(output_dir, train_steps=8), _hp("learning_rate=0.5"), printer=lambda _: None
+    )
+    assert tf.train.latest_checkpoint(str(output_dir)).endswith("ckpt-8")
+    assert json.loads((output_dir / "hparams.json").read_text())["learning_rate"] == 0.5
+    manifest = json.loads((output_dir / "manifest.json").read_text())
+    assert manifest["hparams"]["learning_rate"] == 0.5

@@ -396,3 +396,53 @@ def test_the_trainer_command_names_a_missing_source(tmp_path):
         "(RUN/ckpt-STEP), or drop the flag to train from scratch"
     )
     assert not (tmp_path / "run").exists()
+
+
+def _source_run_recording(folder, vocab_path: str, pieces: int) -> Path:
+    """A run folder with one checkpoint whose manifest records `vocab_path` and its sha256."""
+    folder.mkdir()
+    prefix = _old_checkpoint(folder, pieces, shared=True)
+    tf.compat.v1.train.update_checkpoint_state(str(folder), prefix)
+    sha256 = hashlib.sha256(Path(vocab_path).read_bytes()).hexdigest()
+    run_dir.update_manifest(str(folder), {"vocabulary": {"file": vocab_path, "sha256": sha256}})
+    return folder
+
+
+def test_an_empty_warm_start_vocab_is_one_line_naming_it(tmp_path):
+    empty = tmp_path / "empty.model"
+    empty.write_bytes(b"")
+    source_run = tmp_path / "source"
+    source_run.mkdir()
+    prefix = _old_checkpoint(source_run, VOCAB, shared=True)
+    config = _config(tmp_path / "new", warm_start_from=prefix, warm_start_vocab=str(empty))
+    with pytest.raises(run_dir.RunDirError) as error:
+        warm_start.find_source(config)
+    assert str(error.value) == (
+        f"--warm_start_vocab={empty}: {empty} is not a SentencePiece model: it has 0 pieces "
+        "(0 bytes); rebuild it with `python -m t2t_lite.datagen`"
+    )
+
+
+def test_a_warm_start_vocab_other_than_the_source_runs_record_is_refused(vocabularies, tmp_path):
+    old_path, old_pieces = vocabularies["old"]
+    german_path, _ = vocabularies["german"]  # a valid vocabulary of the same size
+    source_run = _source_run_recording(tmp_path / "source", old_path, len(old_pieces))
+    config = _config(
+        tmp_path / "new", warm_start_from=str(source_run), warm_start_vocab=german_path
+    )
+    with pytest.raises(run_dir.RunDirError) as error:
+        warm_start.find_source(config)
+    german = hashlib.sha256(Path(german_path).read_bytes()).hexdigest()
+    old = hashlib.sha256(Path(old_path).read_bytes()).hexdigest()
+    prefix = tf.train.latest_checkpoint(str(source_run))
+    assert str(error.value) == (
+        f"--warm_start_vocab={german_path} (sha256 {german[:12]}) is not the vocabulary of "
+        f"the source {prefix}: its run's manifest.json records {old_path} (sha256 "
+        f"{old[:12]}); pass that file, or a copy of it"
+    )
+    # The recorded vocabulary itself, and a copy of it elsewhere, are accepted.
+    copy = tmp_path / "copy.model"
+    copy.write_bytes(Path(old_path).read_bytes())
+    for path in (old_path, str(copy)):
+        config = _config(tmp_path / "new", warm_start_from=str(source_run), warm_start_vocab=path)
+        assert warm_start.find_source(config).old_pieces == old_pieces

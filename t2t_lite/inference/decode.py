@@ -221,7 +221,8 @@ class Decoder:
         present = [index for index, ids in enumerate(encoded) if ids is not None]
         progress = Progress(len(present), self.printer, self.report_every)
         start, tokens = time.monotonic(), 0
-        for batch in length_batches([len(encoded[index]) for index in present], self.batch_size):
+        sizes = [len(encoded[index]) for index in present]
+        for batch in length_batches(sizes, self.batch_size, self.config.extra_length):
             rows = [present[position] for position in batch]
             ids, batch_scores = self.translator.search(pad_batch([encoded[r] for r in rows]))
             ids, batch_scores = np.asarray(ids), np.asarray(batch_scores)  # [B, K, L], [B, K]
@@ -383,10 +384,40 @@ def interactive(
 
 
 def default_output_path(
-    output_dir: str, input_path: str, config: SearchConfig, output_format: str = "text"
+    output_dir: str,
+    input_path: str,
+    config: SearchConfig,
+    output_format: str = "text",
+    checkpoint_path: str = "",
 ) -> str:
-    """OUTPUT_DIR/decode/<input name>.<method>[<beam>].decodes[.jsonl]."""
+    """OUTPUT_DIR/decode/<input name>.<checkpoint>.<method>[<beam>].decodes[.jsonl].
+
+    The checkpoint is in the name so that decoding the same input with another one (a
+    later step, RUN/averaged, RUN/best) does not overwrite the previous decode and its BLEU.
+    """
     method = f"beam{config.beam_size}" if config.method == "beam" else config.method
     name = os.path.basename(input_path) or "input"
     suffix = ".jsonl" if output_format == "jsonl" else ""
-    return os.path.join(output_dir or ".", "decode", f"{name}.{method}.decodes{suffix}")
+    label = checkpoint_label(checkpoint_path, output_dir)
+    return os.path.join(
+        output_dir or ".",
+        "decode",
+        f"{name}.{label + '.' if label else ''}{method}.decodes{suffix}",
+    )
+
+
+def checkpoint_label(checkpoint_path: str, output_dir: str) -> str:
+    """A file-name part naming a checkpoint: its path under the run, "/" written "-".
+
+    RUN/ckpt-8 gives "ckpt-8", RUN/averaged/ckpt-8 "averaged-ckpt-8"; a checkpoint outside
+    the run (or a CTranslate2 export folder) its last two path parts, "other_run-ckpt-3".
+    """
+    if not checkpoint_path:
+        return ""
+    path = os.path.abspath(checkpoint_path)
+    run = os.path.abspath(output_dir) if output_dir else None
+    if run and path.startswith(run + os.sep):
+        parts = os.path.relpath(path, run).split(os.sep)
+    else:
+        parts = path.split(os.sep)[-2:]
+    return "-".join(part for part in parts if part)

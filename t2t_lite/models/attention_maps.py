@@ -61,6 +61,10 @@ PANEL_TITLE = 0.3
 AXIS_NAME = 0.3
 COLOUR_BAR = 1.0
 FIGURE_TITLE = 0.5
+# The largest picture drawn, in pixels: matplotlib needs about 9 bytes per pixel while it
+# draws and writes one, so this keeps a figure near 350 MB (a cell per token pair grows
+# with the square of the sentence: 967 pieces a side would take tens of gigabytes).
+MAX_PIXELS = 40_000_000
 
 
 @dataclasses.dataclass
@@ -222,6 +226,45 @@ def figure_size(count: int, row_labels: list, column_labels: list) -> tuple:
     width = left + columns * panel_width + (columns - 1) * PANEL_GAP + COLOUR_BAR
     height = FIGURE_TITLE + rows * (panel_height + PANEL_TITLE) + (rows - 1) * PANEL_GAP + bottom
     return math.ceil(width * 10) / 10, math.ceil(height * 10) / 10
+
+
+def check_drawable(
+    kind: str, source_labels: list, target_labels: list, heads: int, dpi: int = DPI
+) -> None:
+    """Refuses a `layer_figure` of more than MAX_PIXELS pixels, before anything is drawn.
+
+    Raises:
+        ValueError: naming the picture's size and about the longest sentence that fits.
+    """
+    if _pixels(kind, source_labels, target_labels, heads, dpi) <= MAX_PIXELS:
+        return
+    rows, columns, _, _ = axis_labels(kind, source_labels, target_labels)
+    width, height = figure_size(heads + 1, rows, columns)
+    # The side to shorten: the only one drawn, or the longer one.
+    target = kind == DECODER or (
+        kind == ENCODER_DECODER and len(target_labels) > len(source_labels)
+    )
+    labels = target_labels if target else source_labels
+    fits = None
+    for n in range(len(labels) - 1, 1, -1):  # n labels: n - 1 pieces and EOS
+        shorter = labels[: n - 1] + labels[-1:]
+        sides = (source_labels, shorter) if target else (shorter, target_labels)
+        if _pixels(kind, *sides, heads, dpi) <= MAX_PIXELS:
+            fits = n - 1
+            break
+    side = "target" if target else "source"
+    hint = f"give a {side} of at most {fits} pieces (and EOS), or " if fits else ""
+    raise ValueError(
+        f"the {TITLES[kind]} picture would be {round(width * dpi):,} x {round(height * dpi):,} "
+        f"pixels ({len(rows)} x {len(columns)} pieces, {heads + 1} panels, --dpi={dpi}), more "
+        f"than the {MAX_PIXELS:,} this command draws; {hint}lower --dpi"
+    )
+
+
+def _pixels(kind: str, source_labels: list, target_labels: list, heads: int, dpi: int) -> float:
+    rows, columns, _, _ = axis_labels(kind, source_labels, target_labels)
+    width, height = figure_size(heads + 1, rows, columns)
+    return width * dpi * height * dpi
 
 
 def _longest(labels: list) -> int:

@@ -98,11 +98,16 @@ def vocabulary_record(problem, data_dir: str) -> dict | None:
     path = problem.vocab_file(data_dir)
     if not path or not os.path.isfile(path):
         return None
+    return {"file": os.path.abspath(path), "sha256": file_sha256(path)}
+
+
+def file_sha256(path: str) -> str:
+    """The hex sha256 of the file at `path`."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return {"file": os.path.abspath(path), "sha256": digest.hexdigest()}
+    return digest.hexdigest()
 
 
 def check_vocabulary(output_dir: str, vocabulary: dict | None) -> None:

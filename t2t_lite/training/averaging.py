@@ -122,26 +122,55 @@ def average_checkpoints(paths: Sequence[str]) -> tuple[dict[str, np.ndarray], di
         (non-float) value as a numpy array (bytes for strings), and its dtype.
 
     Raises:
-        ValueError: If `paths` is empty, or a float variable is missing from one checkpoint or
-            has another shape or dtype there (the message names the variable and both files).
+        ValueError: If `paths` is empty, a checkpoint cannot be read (the message names it),
+            or a float variable is missing from one checkpoint or has another shape or dtype
+            there (the message names the variable and both files).
     """
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint path, got none.")
-    readers = [tf.train.load_checkpoint(path) for path in paths]
+    readers = [_reader(path) for path in paths]
     maps = [(r.get_variable_to_shape_map(), r.get_variable_to_dtype_map()) for r in readers]
     newest, newest_path = readers[-1], paths[-1]
     shapes, dtypes = maps[-1]
     values = {}
     for key in sorted(shapes):
         if not dtypes[key].is_floating:
-            values[key] = newest.get_tensor(key)
+            # Read from the older ones too, only to find a truncated file among them.
+            for path, reader, (older_shapes, _) in zip(paths, readers, maps[:-1]):
+                if key in older_shapes:
+                    _tensor(reader, key, path)
+            values[key] = _tensor(newest, key, newest_path)
             continue
         total = np.zeros(shapes[key], dtype=np.float64)
         for path, reader, reader_maps in zip(paths, readers, maps):
             _check_same_variable(key, reader_maps, path, maps[-1], newest_path)
-            total += np.asarray(reader.get_tensor(key)).astype(np.float64)
+            total += np.asarray(_tensor(reader, key, path)).astype(np.float64)
         values[key] = (total / len(paths)).astype(dtypes[key].as_numpy_dtype)
     return values, dtypes
+
+
+def _unreadable(path: str, error: Exception) -> ValueError:
+    cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return ValueError(
+        f"cannot read checkpoint {path} ({cause}): its files are damaged (truncated or "
+        "partly copied). Copy them again, or leave it out: lower --num_last so that it is "
+        "not among the newest, or average a run folder that does not list it."
+    )
+
+
+def _reader(path: str):
+    try:
+        return tf.train.load_checkpoint(path)
+    except (tf.errors.OpError, IndexError, ValueError) as error:
+        raise _unreadable(path, error) from None
+
+
+def _tensor(reader, key: str, path: str) -> np.ndarray:
+    # A truncated .data file surfaces here, as an IndexError from the bundle reader.
+    try:
+        return reader.get_tensor(key)
+    except (tf.errors.OpError, IndexError, ValueError) as error:
+        raise _unreadable(path, error) from None
 
 
 def save_bundle(prefix: str, values: dict, dtypes: dict[str, tf.DType]) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -231,12 +232,24 @@ def read_best(folder: str) -> dict | None:
         missing = {"metric", "value", "step"} - set(found)
         if missing:
             raise ValueError(f"it has no {', '.join(sorted(missing))}")
+        _check_value(found["value"])
         return found
     except (OSError, ValueError, TypeError) as error:
         raise RunDirError(
             f"cannot read {path} ({type(error).__name__}: {error}); move {folder} away (the "
             "run then keeps a new best) and rerun"
         ) from None
+
+
+def _check_value(value) -> None:
+    """Refuses a best value that no score can be compared with (text, null, NaN, inf).
+
+    Refused rather than taken as no best: the next evaluation would then replace the
+    folder, and with it the checkpoint kept there, on the strength of a broken file.
+    """
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or not math.isfinite(value):
+        raise ValueError(f'its "value" is {json.dumps(value)}, not a finite number')
 
 
 def write_best(folder: str, checkpoint, record: dict, previous: dict | None) -> str:

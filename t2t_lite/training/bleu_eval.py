@@ -117,11 +117,15 @@ class BleuEvaluator:
     def describe(self) -> str:
         return f"{len(self.inputs)} dev sentences, {self.config.describe()}"
 
+    def batches(self) -> list:
+        """Indices of the dev sentences searched together: by length, outliers alone."""
+        lengths = [len(ids) for ids in self.inputs]
+        return length_batches(lengths, self.batch_size, self.config.extra_length)
+
     def hypotheses(self) -> list:
         """The detokenized best hypothesis of every dev sentence, in corpus order."""
         outputs = [""] * len(self.inputs)
-        batches = length_batches([len(ids) for ids in self.inputs], self.batch_size)
-        for batch in batches:
+        for batch in self.batches():
             ids, _ = self.translator.search(pad_batch([self.inputs[i] for i in batch]))
             best = ids.numpy()[:, 0, :]  # [B, L]
             for row, index in enumerate(batch):

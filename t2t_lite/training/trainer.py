@@ -133,6 +133,7 @@ class _Run:
     printer: object
     deadline: float | None
     step: int
+    run_files: dict | None = None  # the manifest a resumed run writes at its first save
 
 
 def train_and_evaluate(config: RunConfig, hp, printer=print) -> dict:
@@ -171,6 +172,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     problem = problems_lib.get(config.problem)
     best.check_metric(config.keep_best, config.eval_bleu_sentences, problem)
     problem.fingerprint(config.data_dir)  # DataError for missing data, before any folder is made
+    problem.verify(config.data_dir)  # and for shards whose bytes are not datagen's
     source = warm_start.find_source(config)  # None unless a new run warm-starts
     created = not os.path.isdir(config.output_dir)
     run_dir.prepare(config.output_dir)
@@ -201,8 +203,13 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
             os.rmdir(config.output_dir)  # a source that does not fit leaves nothing behind
         raise
     tracker = best.BestTracker.resume(config, checkpoint_dir, step, is_chief, printer)
+    run_files = None
     if is_chief:
-        _write_run_files(config, hp, problem, strategy, accumulate, model, tracker.record(), warm)
+        run_files = _run_manifest(config, problem, strategy, accumulate, model, warm)
+        run_dir.check_vocabulary(config.output_dir, run_files["vocabulary"])
+        if not latest:  # a resumed run's files describe its checkpoints until it saves one
+            _write_run_files(config.output_dir, hp, run_files, tracker)
+            run_files = None
     printer(f"model: {model.count_params():,} parameters, {hp.dtype_policy}")
     warning = cpu_features.bfloat16_warning(hp.dtype_policy, on_cpu=not use_xla(None, strategy))
     if warning:
@@ -239,26 +246,38 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         printer=printer,
         deadline=deadline,
         step=step,
+        run_files=run_files,
     )
 
 
-def _write_run_files(config, hp, problem, strategy, accumulate, model, keep_best, warm) -> None:
-    run_dir.write_run_files(
-        config.output_dir,
-        hp,
-        {
-            "problem": config.problem,
-            "seed": config.seed,
-            "data_fingerprint": problem.fingerprint(config.data_dir),
-            "vocabulary": run_dir.vocabulary_record(problem, config.data_dir),
-            "strategy": type(strategy).__name__,
-            "replicas": strategy.num_replicas_in_sync,
-            "accumulation_steps": accumulate,
-            "parameters": model.count_params(),
-            best.MANIFEST_KEY: keep_best,
-            **({warm_start.MANIFEST_KEY: warm} if warm else {}),
-        },
-    )
+def _run_manifest(config, problem, strategy, accumulate, model, warm) -> dict:
+    return {
+        "problem": config.problem,
+        "seed": config.seed,
+        "data_fingerprint": problem.fingerprint(config.data_dir),
+        "vocabulary": run_dir.vocabulary_record(problem, config.data_dir),
+        "strategy": type(strategy).__name__,
+        "replicas": strategy.num_replicas_in_sync,
+        "accumulation_steps": accumulate,
+        "parameters": model.count_params(),
+        **({warm_start.MANIFEST_KEY: warm} if warm else {}),
+    }
+
+
+def _write_run_files(output_dir: str, hp, manifest: dict, tracker: best.BestTracker) -> None:
+    run_dir.write_run_files(output_dir, hp, {**manifest, best.MANIFEST_KEY: tracker.record()})
+
+
+def _save(run: _Run) -> None:
+    """Saves a checkpoint; the first one of a resumed run also writes its settings.
+
+    Until then hparams.json and manifest.json keep describing the checkpoints there, so a
+    resumed run that stops first (a diverging loss, a crash) leaves them as they were.
+    """
+    saving.save_checkpoint(run.manager, run.step)
+    if run.run_files is not None:
+        _write_run_files(run.config.output_dir, run.hp, run.run_files, run.best)
+        run.run_files = None
 
 
 def _loop(run: _Run) -> dict:
@@ -294,12 +313,12 @@ def _loop(run: _Run) -> dict:
         if run.step % config.log_every == 0 or last:
             _log(run, result)
         if run.step % config.save_every == 0 or last:
-            saving.save_checkpoint(run.manager, run.step)
+            _save(run)
         if run.step % config.eval_every == 0 or last:
             metrics = _evaluate(run)
             if run.best.should_stop and not last:
                 if run.step % config.save_every:  # the end of a run saves, this one too
-                    saving.save_checkpoint(run.manager, run.step)
+                    _save(run)
                 run.best.stop(run.step, run.eval_writer, run.printer)
                 last = True
     return metrics

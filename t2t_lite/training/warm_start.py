@@ -74,17 +74,40 @@ def find_source(config: RunConfig) -> Source | None:
 
     Raises:
         RunDirError: a source that does not exist or holds no checkpoint, or a
-            `--warm_start_vocab` that is not a SentencePiece model.
+            `--warm_start_vocab` that is not a SentencePiece model or not the one the
+            source run's manifest records.
     """
     if not config.warm_start_from or _has_checkpoints(config.output_dir):
         return None
     checkpoint = resolve_checkpoint(config.warm_start_from)
     vocab_file = config.warm_start_vocab
+    recorded = _recorded_vocabulary(checkpoint)
+    old_pieces = read_pieces(vocab_file) if vocab_file else None
+    if vocab_file:
+        _check_recorded(vocab_file, recorded, checkpoint)
     return Source(
         checkpoint=checkpoint,
         vocab_file=vocab_file,
-        old_pieces=read_pieces(vocab_file) if vocab_file else None,
-        recorded_vocabulary=_recorded_vocabulary(checkpoint),
+        old_pieces=old_pieces,
+        recorded_vocabulary=recorded,
+    )
+
+
+def _check_recorded(vocab_file: str, recorded: dict | None, checkpoint: str) -> None:
+    """Refuses a `--warm_start_vocab` other than the one the source run's manifest records.
+
+    A vocabulary of the right size but other pieces would map every row to the wrong
+    piece without any error, so the file's sha256 must be the recorded one.
+    """
+    if not recorded or not recorded.get("sha256"):
+        return  # a source run without a record (no vocabulary file, or an older run)
+    given = run_dir.file_sha256(vocab_file)
+    if given == recorded["sha256"]:
+        return
+    raise RunDirError(
+        f"{_VOCAB}={vocab_file} (sha256 {given[:12]}) is not the vocabulary of the source "
+        f"{checkpoint}: its run's manifest.json records {recorded.get('file')} (sha256 "
+        f"{recorded['sha256'][:12]}); pass that file, or a copy of it"
     )
 
 
