@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
@@ -72,7 +73,8 @@ class LoadedModel:
             for name, info in signature["inputs"].items()
         }
         outputs = signature["function"](**tensors)
-        return {name: value.numpy() for name, value in outputs.items()}
+        # np.asarray: a scalar string's .numpy() is bytes, which has no shape to batch by.
+        return {name: np.asarray(value.numpy()) for name, value in outputs.items()}
 
 
 def load_version(path: str, version: int, calls: int = 1):
