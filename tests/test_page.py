@@ -352,4 +352,5 @@ def test_parse_trees_are_drawn_and_model_text_stays_text(parser, browser, tmp_pa
     )
     assert made == 0
     assert browser.execute_script("return typeof window.pwn") == "undefined"
+    browser.execute_script("document.getElementById('nbest-section').scrollIntoView()")
     _screenshot(browser, "page_parse_tree.png", tmp_path)

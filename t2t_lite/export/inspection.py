@@ -41,9 +41,7 @@ import tensorflow as tf
 
 from t2t_lite.decoding.beam_search import NEG_INF
 from t2t_lite.export.searcher import BeamSearcher
-from t2t_lite.ids import EOS_ID
-from t2t_lite.models.attention_maps import token_labels
-from t2t_lite.models.transformer import shift_targets_right
+from t2t_lite.ids import EOS_ID, PAD_ID
 from t2t_lite.search.config import ALPHA_RANGE
 
 NBEST = "translate_nbest"
@@ -59,8 +57,20 @@ class _Untracked:
 
 
 def vocabulary_labels(encoder) -> list:
-    """The label of every id of `encoder`'s vocabulary: `<pad>`, `</s>`, then its pieces."""
-    return token_labels(encoder, range(encoder.vocab_size))
+    """The label of every id of `encoder`'s vocabulary: `<pad>`, `</s>`, then its pieces.
+
+    The labels of `t2t_lite.models.attention_maps.token_labels` (the attention command's):
+    a SentencePiece vocabulary's pieces (`▁the`), else each id's decoded text.
+    """
+    pieces = encoder.pieces() if hasattr(encoder, "pieces") else None
+    reserved = {PAD_ID: "<pad>", EOS_ID: "</s>"}
+    labels = []
+    for token_id in range(encoder.vocab_size):
+        if token_id in reserved:
+            labels.append(reserved[token_id])
+        else:
+            labels.append(pieces[token_id] if pieces else encoder.decode([token_id]))
+    return labels
 
 
 class Inspector(tf.Module):
@@ -144,10 +154,11 @@ class Inspector(tf.Module):
             source_ids, target_ids = tf.identity(source_ids), tf.identity(target_ids)
         model = self._model_ref.value
         encoder_output, encoder_mask = model.encode(source_ids, training=False)
+        # Teacher forcing as in training: the decoder reads the targets shifted right by one.
+        decoder_input = tf.pad(target_ids, [[0, 0], [1, 0]])[:, :-1]  # [B, T], from id 0
         _, layers = model.decode(
-            shift_targets_right(target_ids), encoder_output, encoder_mask, training=False,
-            return_attention=True,
-        )  # fmt: skip
+            decoder_input, encoder_output, encoder_mask, training=False, return_attention=True
+        )
         cross = tf.stack([tf.cast(layer["cross_attention"], tf.float32) for layer in layers])
         return {
             "source_pieces": _labels(self._source_labels, source_ids),
