@@ -156,7 +156,7 @@ const T2TDraw = (() => {
   function tree(container, text) {
     const { roots, problems } = parseTree(text);
     container.replaceChildren();
-    const LEVEL = 46;
+    const LEVEL = 38;
     const GAP = 14;
     let cursor = 10;
     let depth = 0;
