@@ -18,6 +18,10 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
 from serving_support import _next_line, _start, _stop, call, exported_model, predict
 
 from t2t_lite import hparams, problems
@@ -26,11 +30,6 @@ from t2t_lite.ids import EOS_ID
 from t2t_lite.models import attention_maps
 from t2t_lite.runs import load_trained_model
 from t2t_lite.training import trainer
-
-webdriver = pytest.importorskip("selenium.webdriver", reason="pip install -e '.[test]'")
-from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
