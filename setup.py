@@ -28,6 +28,8 @@ setup(
         "t2t_lite.problems": "problems",
         "t2t_lite.hparams": "hparams",
     },
+    # The server's web page (t2t_lite/serving/web_page.py): plain files, no build step.
+    package_data={"t2t_lite.serving": ["page/*.html", "page/*.css", "page/*.js"]},
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorflow-text>=2.21,<2.22",
@@ -51,6 +53,8 @@ setup(
             "pytest-xdist>=3.5",
             "ruff>=0.6",
             "ctranslate2>=4.5,<5",
+            # Drives headless Chromium (Debian's chromium and chromium-driver) in the page's tests.
+            "selenium>=4.20",
         ],
         "ctranslate2": ["ctranslate2>=4.5,<5"],
     },

@@ -57,6 +57,7 @@ class WsjParsing(TranslateProblem):
     alpha = 0.3
     extra_decode_length = 300
     eval_metric = "parse_f1"
+    output_format = "linearized_tree"  # the server's page draws each output as a tree
 
     def corpus(self, data_dir: str, raw_dir: str | None, source: str) -> TreebankCorpus:
         """The treebank under `raw_dir` (default `DATA_DIR/wsj_parsing/raw`)."""

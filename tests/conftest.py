@@ -73,6 +73,7 @@ _LONGEST_FIRST = (
     "test_readme_main_job.py",
     "test_commands.py",
     "test_serving.py",
+    "test_page.py",
     "test_datagen.py",
     "test_serving_faults.py",
     "test_training_faults.py",

@@ -47,7 +47,8 @@ def test_regular_install_layout_imports_problems_and_hparams(tmp_path):
     assert build.returncode == 0, build.stderr[-3000:]
     # problems/ and hparams/ land inside t2t_lite, nothing generic at the top level.
     assert sorted(path.name for path in built.iterdir()) == ["t2t_lite"]
-    for module in ("problems/__init__.py", "problems/translate.py", "hparams/__init__.py"):
+    page = [f"serving/page/{name}" for name in ("index.html", "page.css", "page.js", "draw.js")]
+    for module in ("problems/__init__.py", "problems/translate.py", "hparams/__init__.py", *page):
         assert (built / "t2t_lite" / module).is_file(), module
     check = (
         "import t2t_lite, t2t_lite.problems as p, t2t_lite.hparams as h;"

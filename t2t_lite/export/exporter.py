@@ -20,7 +20,8 @@ Signatures (B sentences, S source ids, K beams, L = S + extra_length generated i
                              input_ids int32 [B, S], beam_size int32 [], alpha float32 []
                              -> output_ids int32 [B, K, L], scores float32 [B, K]
 
-The ids-only SavedModel has the two ids signatures, `translate_ids` also under the name
+The text SavedModel also has the `translate_nbest`, `attention` and `model_info`
+signatures of `inspection.py`. The ids-only SavedModel has the two ids signatures, `translate_ids` also under the name
 `serving_default`. Translations are the best beam; scores are log P(Y | X) divided by the
 GNMT length penalty. `output_ids` hold the generated ids (no start id), EOS, then zeros.
 Per-request beam sizes must be one of the export's `beam_sizes` (each is a branch of the
@@ -42,6 +43,7 @@ import shutil
 
 import tensorflow as tf
 
+from t2t_lite.export.inspection import inspector_for
 from t2t_lite.export.searcher import BeamSearcher
 from t2t_lite.export.text_codec import codec_for
 from t2t_lite.ids import EOS_ID
@@ -89,15 +91,19 @@ class TranslationModule(tf.Module):
         source_codec: tf.Module with `tokenize(strings [B]) -> ragged ids [B, (S)]`
             (EOS appended), or None for an ids-only module (core TensorFlow ops only).
         target_codec: tf.Module with `detokenize(ids [B, L]) -> strings [B]`, or None.
+        inspector: an `inspection.Inspector` adding its signatures (text modules only).
     """
 
-    def __init__(self, searcher: BeamSearcher, source_codec=None, target_codec=None):
+    def __init__(
+        self, searcher: BeamSearcher, source_codec=None, target_codec=None, inspector=None
+    ):
         super().__init__(name="translation")
         self.searcher = searcher
         if source_codec is not None:
             self.source_codec = source_codec
             self.target_codec = target_codec
         self._has_text = source_codec is not None
+        self._inspector = inspector  # the n-best, attention and model_info signatures
 
     def translate_text(self, sentences, beam_size, alpha) -> dict:
         """sentences string [B] -> {"translations": string [B], "scores": float32 [B]}.
@@ -157,6 +163,8 @@ class TranslationModule(tf.Module):
             )
         else:
             functions["serving_default"] = functions["translate_ids"]
+        if self._has_text and self._inspector is not None:
+            functions.update(self._inspector.signatures())
         return {name: fn.get_concrete_function() for name, fn in functions.items()}
 
 
@@ -238,7 +246,8 @@ def export_model(
     searcher = BeamSearcher(
         trained.model, search, constraint=trained.problem.search_constraint(data_dir)
     )
-    text_module = TranslationModule(searcher, source_codec, target_codec)
+    inspector = inspector_for(trained, encoders, searcher, source_codec, target_codec)
+    text_module = TranslationModule(searcher, source_codec, target_codec, inspector)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
     ids_dir = None
     if ids_base:

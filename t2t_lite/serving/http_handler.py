@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from t2t_lite.serving import web_page
 from t2t_lite.serving.rest import RequestError
 
 # After a 413, what the client still sends is read and dropped for at most this long (and
@@ -210,7 +211,7 @@ def make_handler(server):
             return self.server.end_reading(self.connection)
 
         def do_GET(self):  # noqa: N802 - http.server's naming.
-            if self._request_arrived():
+            if self._request_arrived() and not web_page.answer(self, server):
                 self._answer(lambda: server.handle_get(self.path))
 
         def do_POST(self):  # noqa: N802

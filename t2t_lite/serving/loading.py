@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 
+import numpy as np
 import tensorflow as tf
 from google.protobuf import json_format
 from tensorflow.core.protobuf import saved_model_pb2
@@ -61,7 +62,8 @@ class LoadedModel:
             for name, info in signature["inputs"].items()
         }
         outputs = signature["function"](**tensors)
-        return {name: value.numpy() for name, value in outputs.items()}
+        # np.asarray: a scalar string's .numpy() is bytes, which has no shape to batch by.
+        return {name: np.asarray(value.numpy()) for name, value in outputs.items()}
 
 
 def load_version(path: str, version: int, calls: int = 1):
