@@ -1,25 +1,34 @@
 """Wall time, CPU time and peak memory of `t2t_lite.datagen` per stage, at WMT14 scale.
 
-    python tools/benchmark_datagen.py --folder=/tmp/datagen_bench [--pairs=4500000]
-        [--shared_data=../shared/data] [--problem=wmt14_ende] [--vocab_size=N]
+    python tools/benchmark_datagen.py --folder=/tmp/datagen_bench [--pairs=4500000[,...]]
+        [--shared_data=../shared/data] [--problem=wmt14_ende|wmt14_enfr] [--vocab_size=N]
+        [--clean]
 
-Builds (once; reruns with the same --pairs reuse it) a deterministic synthetic En-De
-corpus of `--pairs` training pairs in `FOLDER/raw` from the WMT news files of the shared
-data (news-test2008, newssyscomb2009, newstest2009-2011): pair i joins the first half
-of one news sentence to the second half of another, English and German alike, so the
-sentences are as long as WMT14's (about 22 words). To give the vocabulary a growing
-number of word types, as a real corpus of millions of sentences has, each half comes
-in 32 variants whose numbers and some capitalised names are altered. newstest2013 is
-the dev set and newstest2012 stands in for newstest2014 (links, nothing copied).
+Builds (once; reruns with the same --pairs and problem reuse it) a deterministic
+synthetic corpus of `--pairs` English-German (wmt14_ende) or English-French (wmt14_enfr)
+training pairs in `FOLDER/raw` from the WMT news files of the shared data
+(news-test2008, newssyscomb2009, newstest2009-2011): pair i joins the first half of one
+news sentence to the second half of another, in both languages alike, so the sentences
+are as long as WMT14's (about 22 words). To give the vocabulary a growing number of
+word types, as a real corpus of millions of sentences has, each half comes in 32
+variants whose numbers and some capitalised names are altered. newstest2013 is the dev
+set and newstest2012 stands in for newstest2014 (links, nothing copied).
 
-Then runs `python -m t2t_lite.datagen --problem=wmt14_ende` on it (data in
-`FOLDER/data`, removed first so that every run builds), follows its progress lines,
-and samples the process tree (datagen and its worker processes) every 0.5 s from /proc.
-Per stage it prints wall seconds, CPU seconds of the whole tree, and the peak resident
-memory of the tree: RSS summed over processes, and PSS (each shared page divided among
-the processes that share it; worker processes are forked and share the parent's pages,
-so the RSS sum counts those more than once). "writing" is the time datagen's main
-process spent writing records, part of the encoding stage's wall time.
+Then runs `python -m t2t_lite.datagen --problem=PROBLEM` on it (data in `FOLDER/data`,
+removed first so that every run builds), follows its progress lines, and samples the
+process tree (datagen and its worker processes) every 0.5 s from /proc. Per stage it
+prints wall seconds, CPU seconds of the whole tree, and the peak resident memory of the
+tree: RSS summed over processes, and PSS (each shared page divided among the processes
+that share it; worker processes are forked and share the parent's pages, so the RSS sum
+counts those more than once). "writing" is the time datagen's main process spent
+writing records, part of the encoding stage's wall time.
+
+`--pairs` may list several sizes (`--pairs=4500000,18000000,36000000`): they are
+measured one after another in the same folder, each with its stage table, and a last
+table puts the sizes side by side: wall and CPU seconds of datagen, CPU seconds per
+million pairs (the figure to compare for linearity: contention from other work
+inflates wall time more than CPU time), peak PSS and the bytes of all shards written.
+`--clean` removes each size's corpus and data once it is measured.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,6 +47,7 @@ import zlib
 from pathlib import Path
 
 _NEWS_TRAIN = ("news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011")
+_TARGETS = {"wmt14_ende": "de", "wmt14_enfr": "fr"}  # problem -> its target language
 _VARIANTS = 32
 _SYLLABLES = ("ka", "ber", "lin", "to", "mar", "sen", "vi", "dor", "ul", "ne", "ga", "ris")
 _STAGE = re.compile(r"datagen: (.+?): (started|done in [\d.]+ s)(.*)$")
@@ -87,35 +98,36 @@ class _Halves:
         return self._made[key]
 
 
-def build_corpus(shared: Path, raw: Path, pairs: int) -> None:
-    """Writes `pairs` synthetic training pairs and links dev and test into `raw`."""
+def build_corpus(shared: Path, raw: Path, pairs: int, target: str = "de") -> None:
+    """Writes `pairs` synthetic English-`target` training pairs; links dev and test into `raw`."""
     stamp = raw / "pairs.txt"
-    if stamp.exists() and stamp.read_text() == str(pairs):
+    if stamp.exists() and stamp.read_text() == f"{pairs} en-{target}":
         return
     shutil.rmtree(raw, ignore_errors=True)
     raw.mkdir(parents=True)
     news = shared / "wmt_news_2008_2012"
-    english = _Halves([news / f"{stem}.en-de.en" for stem in _NEWS_TRAIN])
-    german = _Halves([news / f"{stem}.en-de.de" for stem in _NEWS_TRAIN])
+    pair = f"en-{target}"
+    english = _Halves([news / f"{stem}.{pair}.en" for stem in _NEWS_TRAIN])
+    other = _Halves([news / f"{stem}.{pair}.{target}" for stem in _NEWS_TRAIN])
     rng = random.Random(2014)
-    lines = min(len(english.lines), len(german.lines))
+    lines = min(len(english.lines), len(other.lines))
     with (
-        open(raw / "synthetic.en-de.en", "w", encoding="utf-8") as en,
-        open(raw / "synthetic.en-de.de", "w", encoding="utf-8") as de,
+        open(raw / f"synthetic.{pair}.en", "w", encoding="utf-8") as en,
+        open(raw / f"synthetic.{pair}.{target}", "w", encoding="utf-8") as out,
     ):
         for _ in range(pairs):
             a, b = rng.randrange(lines), rng.randrange(lines)
             v, w = rng.randrange(_VARIANTS), rng.randrange(_VARIANTS)
             # The same picks for both languages keep the pairs loosely parallel.
             en.write(f"{english.get(a, 0, v)} {english.get(b, 1, w)}\n")
-            de.write(f"{german.get(a, 0, v)} {german.get(b, 1, w)}\n")
-    for language in ("en", "de"):
+            out.write(f"{other.get(a, 0, v)} {other.get(b, 1, w)}\n")
+    for language in ("en", target):
         os.symlink(
             shared / "wmt13_newstest2013" / f"newstest2013.{language}",
             raw / f"newstest2013.{language}",
         )
-        os.symlink(news / f"newstest2012.en-de.{language}", raw / f"newstest2014.{language}")
-    stamp.write_text(str(pairs))
+        os.symlink(news / f"newstest2012.{pair}.{language}", raw / f"newstest2014.{language}")
+    stamp.write_text(f"{pairs} en-{target}")
 
 
 # Watching the process tree.
@@ -252,20 +264,28 @@ def report(rows: list, wall: float, cpu: float, peak: tuple) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    repo = Path(__file__).resolve().parents[1]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", required=True, help="where the corpus and data go")
-    parser.add_argument("--pairs", type=int, default=4_500_000)
-    parser.add_argument("--shared_data", default=str(repo.parent / "shared" / "data"))
-    parser.add_argument("--problem", default="wmt14_ende")
-    parser.add_argument("--vocab_size", type=int, default=None, help="default: the problem's")
-    parser.add_argument("--quiet", action="store_true", help="do not echo datagen's lines")
-    args = parser.parse_args()
-    folder = Path(args.folder)
+def _sizes(text: str) -> list:
+    try:
+        sizes = [int(part.replace("_", "")) for part in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--pairs={text}: give positive integers separated by commas, e.g. 4500000,18000000"
+        )
+    return sizes
+
+
+def shard_bytes(data: Path) -> int:
+    """Bytes of the TFRecord shards under `data` (every split)."""
+    return sum(path.stat().st_size for path in data.rglob("*.tfrecord"))
+
+
+def measure(args, folder: Path, pairs: int) -> tuple:
+    """Builds the corpus and runs datagen on it: (wall s, CPU s, peak PSS, shard bytes)."""
     start = time.perf_counter()
-    build_corpus(Path(args.shared_data), folder / "raw", args.pairs)
-    print(f"corpus: {args.pairs:,} pairs in {folder / 'raw'} ({time.perf_counter() - start:.1f} s)")
+    build_corpus(Path(args.shared_data), folder / "raw", pairs, _TARGETS[args.problem])
+    print(f"corpus: {pairs:,} pairs in {folder / 'raw'} ({time.perf_counter() - start:.1f} s)")
     shutil.rmtree(folder / "data", ignore_errors=True)
     command = [
         sys.executable,
@@ -277,6 +297,7 @@ def main() -> None:
     ]
     if args.vocab_size:
         command.append(f"--vocab_size={args.vocab_size}")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     watch = Watch(process)
@@ -284,13 +305,53 @@ def main() -> None:
     wall = time.perf_counter() - start
     if process.returncode != 0:
         sys.exit(f"benchmark_datagen: datagen failed:\n{''.join(watch.lines[-20:])}")
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     peak = (max(s[1] for s in watch.samples), max(s[2] for s in watch.samples))
+    written = shard_bytes(folder / "data")
     print(process.stdout.read().rstrip())
-    print(f"\ndatagen on {args.pairs:,} pairs, {os.cpu_count()} CPUs")
-    print(report(watch.stages(), wall, usage.ru_utime + usage.ru_stime, peak))
+    print(f"\ndatagen on {pairs:,} pairs, {os.cpu_count()} CPUs")
+    print(report(watch.stages(), wall, cpu, peak), flush=True)
+    if args.clean:
+        shutil.rmtree(folder / "raw", ignore_errors=True)
+        shutil.rmtree(folder / "data", ignore_errors=True)
+    return wall, cpu, peak[1], written
+
+
+def sizes_table(rows: list) -> str:
+    """One line per size: [(pairs, wall s, CPU s, peak PSS bytes, shard bytes)]."""
+    lines = [
+        f"{'pairs':>12} {'wall s':>9} {'CPU s':>9} {'CPU s/M pairs':>14} {'peak PSS MB':>12} "
+        f"{'shard bytes':>15}"
+    ]
+    for pairs, wall, cpu, pss, written in rows:
+        lines.append(
+            f"{pairs:>12,} {wall:9.1f} {cpu:9.1f} {cpu / pairs * 1e6:14.1f} "
+            f"{pss / 2**20:12,.0f} {written:>15,}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", required=True, help="where the corpus and data go")
+    parser.add_argument(
+        "--pairs", type=_sizes, default=[4_500_000], help="training pairs; several: 1000,2000"
+    )
+    parser.add_argument("--shared_data", default=str(repo.parent / "shared" / "data"))
+    parser.add_argument("--problem", default="wmt14_ende", choices=sorted(_TARGETS))
+    parser.add_argument("--vocab_size", type=int, default=None, help="default: the problem's")
+    parser.add_argument("--quiet", action="store_true", help="do not echo datagen's lines")
+    parser.add_argument(
+        "--clean", action="store_true", help="remove each size's corpus and data once measured"
+    )
+    args = parser.parse_args()
+    rows = []
+    for pairs in args.pairs:
+        rows.append((pairs, *measure(args, Path(args.folder), pairs)))
+    print(f"\n{args.problem} datagen by corpus size, {os.cpu_count()} CPUs")
+    print(sizes_table(rows))
 
 
 if __name__ == "__main__":
