@@ -347,36 +347,39 @@ def _peak_rss_of_command(args: list, limit: int, timeout: float = 300):
 
     The command is killed as soon as its resident memory passes `limit` bytes (the code is
     then -9): what it would reach unchecked is what the test guards against, and must not
-    take the machine's memory meanwhile. The peak is the kernel's own count for that
-    child (ru_maxrss of wait4), not a sample.
+    take the machine's memory meanwhile. The peak is the kernel's high-water mark of the
+    command's own memory (VmHWM, which starts afresh at exec), read while it runs. The
+    child's ru_maxrss would not do: it starts at the forking test process's size.
     """
     import time
 
     command = [sys.executable, "-m", "t2t_lite.attention", "--problem=algorithmic_reverse", *args]
+    peak = 0
     with open(os.devnull, "w") as null, tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(command, stdout=null, stderr=errors, text=True)
         deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            if _resident_bytes(child.pid) > limit or time.monotonic() > deadline:
+        while child.poll() is None:
+            resident, high_water = _memory_of(child.pid)
+            peak = max(peak, high_water)
+            if resident > limit or time.monotonic() > deadline:
                 child.kill()
             time.sleep(0.05)  # a watchdog's sampling period, not a synchronisation
-        child.returncode = os.waitstatus_to_exitcode(status)
         errors.seek(0)
-        return child.returncode, errors.read(), usage.ru_maxrss * 1024
+        return child.returncode, errors.read(), peak
 
 
-def _resident_bytes(pid: int) -> int:
+def _memory_of(pid: int) -> tuple:
+    """(VmRSS, VmHWM) of a running process in bytes; zeros once it has exited."""
+    values = {}
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except FileNotFoundError:  # it has just exited
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    values[key] = int(rest.split()[0]) * 1024
+    except (FileNotFoundError, ProcessLookupError):  # it has just exited
         pass
-    return 0
+    return values.get("VmRSS", 0), values.get("VmHWM", 0)
 
 
 MEMORY_BOUND = 1536 * 2**20  # loading TensorFlow and the run takes about 0.6 GiB

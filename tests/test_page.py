@@ -22,7 +22,7 @@ from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
-from serving_support import _next_line, _start, _stop, call, exported_model, predict
+from serving_support import _ready, _start, _stop, call, exported_model, predict
 
 from t2t_lite import hparams, problems
 from t2t_lite.export import export_from_run
@@ -51,9 +51,7 @@ CHROMIUM_FLAGS = (
 def _serve(model_dir, name, log, *flags):
     """A server process on `model_dir`; returns (process, base URL)."""
     process, lines = _start(model_dir, log, *flags)
-    line = _next_line(lines, timeout=300)
-    assert line.startswith(f"serving model {name} version 1 at http://127.0.0.1:"), line
-    return process, line.split(" at ")[1].strip()
+    return process, _ready(process, lines, name=name)
 
 
 @pytest.fixture(scope="module")

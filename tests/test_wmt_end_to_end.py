@@ -96,9 +96,7 @@ def test_wmt14_ende_from_downloaded_archives_to_a_served_translation(tmp_path, s
     )  # fmt: skip
     process, output = serving_support._start(export / "ende", tmp_path / "serve.log")
     try:
-        ready = serving_support._next_line(output)
-        assert ready.startswith("serving model ende version 1 at http://127.0.0.1:"), ready
-        url = ready.split(" at ")[1].strip()
+        url = serving_support._ready(process, output, name="ende")
         status, answer = serving_support.predict(url, {"instances": [pairs[0][0]]}, model="ende")
     finally:
         serving_support._stop(process)
