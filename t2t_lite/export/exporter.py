@@ -45,7 +45,7 @@ import tensorflow as tf
 from t2t_lite.export.searcher import BeamSearcher
 from t2t_lite.export.text_codec import codec_for
 from t2t_lite.ids import EOS_ID
-from t2t_lite.runs.restore import TrainedModel, load_trained_model
+from t2t_lite.runs.restore import TrainedModel, in_decode_dtype, load_trained_model
 from t2t_lite.search import SearchConfig
 
 IDS_SUFFIX = "_ids"
@@ -198,6 +198,7 @@ def export_model(
     model_name: str,
     search: SearchConfig | None = None,
     ids_model_name: str | None = None,
+    decode_dtype: str = "float32",
 ) -> ExportResult:
     """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
 
@@ -210,6 +211,8 @@ def export_model(
             longest input (`SearchConfig.for_problem`); None = the problem's defaults.
         ids_model_name: name of the ids-only SavedModel; None = MODEL_NAME + "_ids",
             "" = do not write it.
+        decode_dtype: "float32", or "bfloat16" to search with a bfloat16 copy of the
+            model (`t2t_lite.runs.in_decode_dtype`).
 
     Returns:
         ExportResult with the version and the two version folders.
@@ -234,9 +237,12 @@ def export_model(
         "hparams": dataclasses.asdict(trained.hp),
         "search": dataclasses.asdict(search),
         "version": version,
+        "decode_dtype": decode_dtype,
     }
     searcher = BeamSearcher(
-        trained.model, search, constraint=trained.problem.search_constraint(data_dir)
+        in_decode_dtype(trained, decode_dtype).model,
+        search,
+        constraint=trained.problem.search_constraint(data_dir),
     )
     text_module = TranslationModule(searcher, source_codec, target_codec)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
@@ -257,6 +263,7 @@ def export_from_run(
     hparams_set: str | None = None,
     overrides: str = "",
     ids_model_name: str | None = None,
+    decode_dtype: str = "float32",
     **search_overrides,
 ) -> ExportResult:
     """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.
@@ -268,4 +275,6 @@ def export_from_run(
         problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides
     )
     search = SearchConfig.for_problem(trained.problem, trained.hp, **search_overrides)
-    return export_model(trained, data_dir, export_dir, model_name, search, ids_model_name)
+    return export_model(
+        trained, data_dir, export_dir, model_name, search, ids_model_name, decode_dtype
+    )
