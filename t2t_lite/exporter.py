@@ -59,6 +59,10 @@ flags.DEFINE_enum(
     "decode_dtype", "float32", ["float32", "bfloat16"], "--format=savedmodel: the dtype the "
     "search computes in; bfloat16 pays on CPUs with bfloat16 instructions (AVX512_BF16, AMX)."
 )  # fmt: skip
+flags.DEFINE_bool(
+    "xla", True, "--format=savedmodel: compile the search with XLA (stock TensorFlow Serving "
+    "runs it on CPU with --xla_cpu_compilation_enabled=true); --noxla: a plain graph."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "export_dir", "model_name"])
 
 
@@ -90,6 +94,7 @@ def main(argv):
             beam_sizes=tuple(int(size) for size in FLAGS.beam_sizes),
             max_input_length=FLAGS.max_input_length,
             decode_dtype=FLAGS.decode_dtype,
+            xla=FLAGS.xla,
             **common,
         )
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError

@@ -199,6 +199,7 @@ def export_model(
     search: SearchConfig | None = None,
     ids_model_name: str | None = None,
     decode_dtype: str = "float32",
+    xla: bool = True,
 ) -> ExportResult:
     """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
 
@@ -213,6 +214,8 @@ def export_model(
             "" = do not write it.
         decode_dtype: "float32", or "bfloat16" to search with a bfloat16 copy of the
             model (`t2t_lite.runs.in_decode_dtype`).
+        xla: compile the search with XLA (unless the problem constrains it); False keeps
+            a plain graph, for servers without XLA.
 
     Returns:
         ExportResult with the version and the two version folders.
@@ -238,11 +241,13 @@ def export_model(
         "search": dataclasses.asdict(search),
         "version": version,
         "decode_dtype": decode_dtype,
+        "xla": xla,
     }
     searcher = BeamSearcher(
         in_decode_dtype(trained, decode_dtype).model,
         search,
         constraint=trained.problem.search_constraint(data_dir),
+        jit_compile=None if xla else False,
     )
     text_module = TranslationModule(searcher, source_codec, target_codec)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
@@ -264,6 +269,7 @@ def export_from_run(
     overrides: str = "",
     ids_model_name: str | None = None,
     decode_dtype: str = "float32",
+    xla: bool = True,
     **search_overrides,
 ) -> ExportResult:
     """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.
@@ -276,5 +282,5 @@ def export_from_run(
     )
     search = SearchConfig.for_problem(trained.problem, trained.hp, **search_overrides)
     return export_model(
-        trained, data_dir, export_dir, model_name, search, ids_model_name, decode_dtype
+        trained, data_dir, export_dir, model_name, search, ids_model_name, decode_dtype, xla
     )
