@@ -60,8 +60,9 @@ flags.DEFINE_enum(
     "search computes in; bfloat16 pays on CPUs with bfloat16 instructions (AVX512_BF16, AMX)."
 )  # fmt: skip
 flags.DEFINE_bool(
-    "xla", True, "--format=savedmodel: compile the search with XLA (stock TensorFlow Serving "
-    "runs it on CPU with --xla_cpu_compilation_enabled=true); --noxla: a plain graph."
+    "xla", None, "--format=savedmodel: compile the search with XLA; default: only when this "
+    "machine has a GPU (on CPUs the plain graph is faster) and the problem does not constrain "
+    "the search."
 )  # fmt: skip
 flags.mark_flags_as_required(["problem", "export_dir", "model_name"])
 

@@ -45,18 +45,20 @@ def xla_compiled(concrete_function) -> bool:
     )
 
 
-def test_translator_equals_the_saved_model_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("jit_compile", [None, True])
+def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
     model, _ = random_model(seed=3)
     config = SearchConfig(beam_size=3, alpha=0.6, extra_length=5, max_input_length=64)
-    translator = Translator(model, config)
-    module = TranslationModule(BeamSearcher(model, config))
+    module = TranslationModule(BeamSearcher(model, config, jit_compile=jit_compile))
     tf.saved_model.save(module, str(tmp_path / "saved"), signatures=module.signatures())
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     options = loaded.signatures["translate_ids_with_options"]
     for batch in batches(seed=4):
         for beam_size, alpha in ((3, 0.6), (1, 0.0), (2, 1.5)):
             translator = Translator(
-                model, SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5)
+                model,
+                SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
+                jit_compile=jit_compile,
             )
             ids, scores = (t.numpy() for t in translator.search(batch))
             saved = options(
@@ -67,10 +69,12 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path):
             np.testing.assert_array_equal(saved["output_ids"].numpy(), ids[:, :, 1:])
             np.testing.assert_array_equal(saved["scores"].numpy(), scores)
             assert ids.shape == (len(batch), beam_size, batch.shape[1] + 5 + 1)
-    # Both compile the search with XLA (the in-process function is the export's).
-    concrete = translator.function.search.get_concrete_function()
-    assert xla_compiled(concrete)
-    assert xla_compiled(module.searcher.search.get_concrete_function())
+    # Both compile the search alike (the in-process function is the export's); by default
+    # with XLA only where there is a GPU.
+    expected = bool(tf.config.list_logical_devices("GPU")) if jit_compile is None else True
+    assert translator.jit_compile == expected
+    assert xla_compiled(translator.function.search.get_concrete_function()) == expected
+    assert xla_compiled(module.searcher.search.get_concrete_function()) == expected
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])

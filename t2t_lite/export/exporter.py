@@ -199,7 +199,7 @@ def export_model(
     search: SearchConfig | None = None,
     ids_model_name: str | None = None,
     decode_dtype: str = "float32",
-    xla: bool = True,
+    xla: bool | None = None,
 ) -> ExportResult:
     """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
 
@@ -214,8 +214,8 @@ def export_model(
             "" = do not write it.
         decode_dtype: "float32", or "bfloat16" to search with a bfloat16 copy of the
             model (`t2t_lite.runs.in_decode_dtype`).
-        xla: compile the search with XLA (unless the problem constrains it); False keeps
-            a plain graph, for servers without XLA.
+        xla: compile the search with XLA; None = as `t2t_lite.search.SearchFunction`
+            decides (only with a GPU, and not for a constrained search).
 
     Returns:
         ExportResult with the version and the two version folders.
@@ -247,7 +247,7 @@ def export_model(
         in_decode_dtype(trained, decode_dtype).model,
         search,
         constraint=trained.problem.search_constraint(data_dir),
-        jit_compile=None if xla else False,
+        jit_compile=xla,
     )
     text_module = TranslationModule(searcher, source_codec, target_codec)
     text_dir = _save(text_module, text_base, version, dict(metadata, kind="text"))
@@ -269,7 +269,7 @@ def export_from_run(
     overrides: str = "",
     ids_model_name: str | None = None,
     decode_dtype: str = "float32",
-    xla: bool = True,
+    xla: bool | None = None,
     **search_overrides,
 ) -> ExportResult:
     """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.

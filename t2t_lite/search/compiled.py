@@ -3,9 +3,9 @@
 `SearchFunction(model, config).search(input_ids [B, S], beam_size [], alpha [])` is a
 `tf.function` with a fixed input signature. It picks the branch of the requested beam
 size (each offered beam is a branch, since a beam is a static dimension) and runs that
-branch's search, encoder included, as one XLA computation (`jit_compile`): the loop, the
-model's steps and the beam bookkeeping then run as compiled code with no per-operation
-dispatch, which is most of a small model's decoding time.
+branch's search, encoder included, either as a graph or as one XLA computation
+(`jit_compile`; by default only on GPUs and TPUs, see `default_jit_compile`), where the
+loop, the model's steps and the beam bookkeeping run as compiled code.
 
 XLA compiles once per input shape. So that a stream of batches of varied widths compiles
 a few times only, the source width is padded with zeros to a multiple of `WIDTH_STEP`
@@ -24,6 +24,17 @@ from t2t_lite.search.model_search import model_beam_search, model_greedy_search
 WIDTH_STEP = 8
 
 
+def default_jit_compile(constraint=None) -> bool:
+    """XLA where it pays: with a GPU or TPU, and a search without a constraint.
+
+    On CPUs XLA's compiled loop is slower than the plain graph, whose matrix products and
+    top-k run TensorFlow's own (oneDNN) kernels; a constraint's ops need not have XLA
+    kernels.
+    """
+    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
+    return constraint is None and bool(accelerators)
+
+
 class SearchFunction:
     """The model's search under `config` as one `tf.function`, optionally XLA-compiled.
 
@@ -31,15 +42,16 @@ class SearchFunction:
         model: the Transformer, with `encode`, `init_cache`, `split_cache`, `decode_step`.
         config: the SearchConfig (its method, beam sizes, extra length; sampling options).
         constraint: the problem's `search_constraint`, or None (beam search only).
-        jit_compile: compile each branch with XLA; None = yes unless there is a
-            constraint (whose ops need not have XLA kernels).
+        jit_compile: compile each branch with XLA; None = `default_jit_compile(constraint)`.
     """
 
     def __init__(self, model, config: SearchConfig, constraint=None, jit_compile=None):
         self.model = model
         self.config = config
         self.constraint = constraint
-        self.jit_compile = constraint is None if jit_compile is None else bool(jit_compile)
+        if jit_compile is None:
+            jit_compile = default_jit_compile(constraint)
+        self.jit_compile = bool(jit_compile)
         sizes = config.beam_sizes if config.method == "beam" else (1,)
         self.beam_sizes = tuple(sizes)
         self._branches = {
