@@ -6,8 +6,6 @@ width (`WIDTH_STEP`) and tiles the encoder-decoder keys and values once instead 
 reordering them every step: neither may change a hypothesis.
 """
 
-import importlib
-
 import keras
 import numpy as np
 import pytest
@@ -87,20 +85,6 @@ def test_xla_search_equals_the_graph_search(method):
         graph = Translator(model, config, jit_compile=False).search(batch)
         np.testing.assert_array_equal(compiled[0].numpy(), graph[0].numpy())
         np.testing.assert_allclose(compiled[1].numpy(), graph[1].numpy(), rtol=1e-5, atol=1e-5)
-
-
-def test_per_beam_top_k_equals_one_top_k_over_all_candidates_ties_included():
-    rng = np.random.default_rng(0)
-    # Few distinct values: many ties within and across beams.
-    log_probs = tf.constant(rng.integers(-4, 0, size=[5, 3, 11]).astype(np.float32))
-    for k in (1, 4, 6):
-        values, parent, token = importlib.import_module(
-            "t2t_lite.decoding.beam_search"
-        )._best_extensions(log_probs, k)
-        flat_values, flat_index = tf.math.top_k(tf.reshape(log_probs, [5, 33]), k=k)
-        np.testing.assert_array_equal(values.numpy(), flat_values.numpy())
-        np.testing.assert_array_equal(parent.numpy(), flat_index.numpy() // 11)
-        np.testing.assert_array_equal(token.numpy(), flat_index.numpy() % 11)
 
 
 def test_bfloat16_copy_keeps_the_weights_rounded_and_decodes_close_to_float32():
