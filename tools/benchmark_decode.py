@@ -4,7 +4,7 @@ r"""Decoding speed of a trained model: in-process (with and without the cache) a
         [--checkpoint_path=...] [--num_sentences=100] [--batch_size=16] [--beam_size=4] \
         [--alpha=0.6] [--source_file=TEXT [--reference_file=TEXT]] [--rounds=3] \
         [--export_dir=DIR] [--ctranslate2=auto|on|off] [--ct2_threads=N] [--no_uncached]
-    python tools/benchmark_decode.py --base_shape [--shape=base|multi30k] [--rounds=3]
+    python tools/benchmark_decode.py --base_shape [--shape=base|multi30k] [--xla_row] [--rounds=3]
 
 Decodes the first `num_sentences` dev sentences (or non-empty lines of `--source_file`)
 with the same beam search (beam `--beam_size`, alpha `--alpha`, both the problem's by
@@ -338,8 +338,8 @@ def ct2_runners(trained, data_dir: str, export_dir: str, config: SearchConfig, t
 
 # Random-weights shapes: (hparams set, shared vocabulary size).
 SHAPES = {"base": ("transformer_base", BASE_VOCAB), "multi30k": ("transformer_multi30k", 8_000)}
-GRAPH = "in-process Translator, graph (no XLA)"
-XLA = "in-process Translator (XLA, = SavedModel)"
+DEFAULT = "in-process Translator (= SavedModel)"
+XLA = "in-process Translator, XLA"
 SAVED_BF16 = "SavedModel translate_ids, bfloat16"
 
 
@@ -370,10 +370,9 @@ def base_shape(args) -> dict:
     tokens = ["<pad>", "</s>"] + [f"t{i}" for i in range(2, vocab)]
     bf16 = in_decode_dtype(TrainedModel(model, hp, None, ""), "bfloat16").model
     with tempfile.TemporaryDirectory(prefix="benchmark_decode_base_") as temporary:
-        runners = {
-            XLA: ids_runner(Translator(model, config).search),
-            GRAPH: ids_runner(Translator(model, config, jit_compile=False).search),
-        }
+        runners = {DEFAULT: ids_runner(Translator(model, config).search)}
+        if args.xla_row:
+            runners[XLA] = ids_runner(Translator(model, config, jit_compile=True).search)
         for name, searched in ((SAVED_IDS, model), (SAVED_BF16, bf16)):
             module = TranslationModule(BeamSearcher(searched, config))
             folder = os.path.join(temporary, name.split()[-1])
@@ -436,6 +435,9 @@ def main(argv=None) -> dict:
     )
     parser.add_argument(
         "--shape", choices=sorted(SHAPES), default="base", help="--base_shape's model"
+    )
+    parser.add_argument(
+        "--xla_row", action="store_true", help="--base_shape: add the XLA-compiled search"
     )
     parser.add_argument(
         "--no_uncached", action="store_true", help="leave out the (slowest) uncached row"
