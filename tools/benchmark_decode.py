@@ -61,9 +61,9 @@ decoding table: `--shape=base` (the default) is transformer_base with a 37,000-t
 vocabulary, `--shape=multi30k` transformer_multi30k with 8,000; 32 sentences of 20 random
 source tokens in one batch, beam 4, alpha 0.6, 30 output tokens each (the length limit;
 random weights all but never choose EOS, so every output runs to it). Rows: the in-process
-Translator (the SavedModel's XLA-compiled search), the same search as a plain graph (no
-XLA), the SavedModel's translate_ids in float32 and in bfloat16 (`--decode_dtype`), and
-CTranslate2 float32 and int8.
+Translator (the SavedModel's search: a graph on CPUs, XLA on GPUs), with `--xla_row` the
+same search compiled by XLA, the SavedModel's translate_ids in float32 and in bfloat16
+(`--decode_dtype`), and CTranslate2 float32 and int8.
 """
 
 from __future__ import annotations
