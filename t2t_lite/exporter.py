@@ -55,6 +55,15 @@ flags.DEFINE_enum(
     "quantization", None, ["int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
     "float16", "bfloat16", "float32"], "--format=ctranslate2: weight type; default float32."
 )  # fmt: skip
+flags.DEFINE_enum(
+    "decode_dtype", "float32", ["float32", "bfloat16"], "--format=savedmodel: the dtype the "
+    "search computes in; bfloat16 pays on CPUs with bfloat16 instructions (AVX512_BF16, AMX)."
+)  # fmt: skip
+flags.DEFINE_bool(
+    "xla", None, "--format=savedmodel: compile the search with XLA; default: only when this "
+    "machine has a GPU (on CPUs the plain graph is faster) and the problem does not constrain "
+    "the search."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "export_dir", "model_name"])
 
 
@@ -85,6 +94,8 @@ def main(argv):
             ids_model_name=FLAGS.ids_model_name,
             beam_sizes=tuple(int(size) for size in FLAGS.beam_sizes),
             max_input_length=FLAGS.max_input_length,
+            decode_dtype=FLAGS.decode_dtype,
+            xla=FLAGS.xla,
             **common,
         )
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError

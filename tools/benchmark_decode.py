@@ -4,7 +4,7 @@ r"""Decoding speed of a trained model: in-process (with and without the cache) a
         [--checkpoint_path=...] [--num_sentences=100] [--batch_size=16] [--beam_size=4] \
         [--alpha=0.6] [--source_file=TEXT [--reference_file=TEXT]] [--rounds=3] \
         [--export_dir=DIR] [--ctranslate2=auto|on|off] [--ct2_threads=N] [--no_uncached]
-    python tools/benchmark_decode.py --base_shape [--rounds=3]
+    python tools/benchmark_decode.py --base_shape [--shape=base|multi30k] [--xla_row] [--rounds=3]
 
 Decodes the first `num_sentences` dev sentences (or non-empty lines of `--source_file`)
 with the same beam search (beam `--beam_size`, alpha `--alpha`, both the problem's by
@@ -56,12 +56,14 @@ against the cached ids detokenized, as the decoder command prints them), and, wi
 `--reference_file` (the references of `--source_file`, line for line), each row's
 sacreBLEU.
 
-`--base_shape` times the paper's base model instead, at the shape of
-`../shared/BENCHMARKS.md`'s decoding table: transformer_base with random weights and a
-37,000-token shared vocabulary, 32 sentences of 20 random source tokens in one batch,
-beam 4, alpha 0.6, 30 output tokens each (the length limit; random weights all but never
-choose EOS, so every output runs to it). Rows: the SavedModel's translate_ids and
-CTranslate2 float32 and int8.
+`--base_shape` times random weights instead, at the shape of `../shared/BENCHMARKS.md`'s
+decoding table: `--shape=base` (the default) is transformer_base with a 37,000-token shared
+vocabulary, `--shape=multi30k` transformer_multi30k with 8,000; 32 sentences of 20 random
+source tokens in one batch, beam 4, alpha 0.6, 30 output tokens each (the length limit;
+random weights all but never choose EOS, so every output runs to it). Rows: the in-process
+Translator (the SavedModel's search: a graph on CPUs, XLA on GPUs), with `--xla_row` the
+same search compiled by XLA, the SavedModel's translate_ids in float32 and in bfloat16
+(`--decode_dtype`), and CTranslate2 float32 and int8.
 """
 
 from __future__ import annotations
@@ -334,38 +336,52 @@ def ct2_runners(trained, data_dir: str, export_dir: str, config: SearchConfig, t
     return runners
 
 
+# Random-weights shapes: (hparams set, shared vocabulary size).
+SHAPES = {"base": ("transformer_base", BASE_VOCAB), "multi30k": ("transformer_multi30k", 8_000)}
+DEFAULT = "in-process Translator (= SavedModel)"
+XLA = "in-process Translator, XLA"
+SAVED_BF16 = "SavedModel translate_ids, bfloat16"
+
+
 def base_shape(args) -> dict:
-    """The `--base_shape` table: transformer_base, random weights, BENCHMARKS.md's shape."""
+    """The `--base_shape` table: random weights at BENCHMARKS.md's decoding shape."""
     from t2t_lite.export import ctranslate2_spec
+    from t2t_lite.runs import TrainedModel, in_decode_dtype
     from t2t_lite.search.ctranslate2_search import CTranslate2Translator
 
     keras_seed = 1
     keras.utils.set_random_seed(keras_seed)
-    hp = hparams.get("transformer_base")
-    model = build_transformer(hp, BASE_VOCAB)
+    hparams_set, vocab = SHAPES[args.shape]
+    hp = hparams.get(hparams_set)
+    model = build_transformer(hp, vocab)
     rng = np.random.default_rng(keras_seed)
-    sentences = [list(rng.integers(3, BASE_VOCAB, BASE_SOURCE)) for _ in range(BASE_SENTENCES)]
+    sentences = [list(rng.integers(3, vocab, BASE_SOURCE)) for _ in range(BASE_SENTENCES)]
     # Outputs of at most input (20 + EOS) + extra_length = 30 tokens.
     extra = BASE_OUTPUT - BASE_SOURCE - 1
     config = SearchConfig(
         beam_size=4, alpha=0.6, extra_length=extra, max_input_length=hp.max_position - extra
     )
     print(
-        f"transformer_base, random weights, shared vocabulary {BASE_VOCAB:,}: {BASE_SENTENCES} "
+        f"{hparams_set}, random weights, shared vocabulary {vocab:,}: {BASE_SENTENCES} "
         f"sentences x {BASE_SOURCE} source tokens in one batch, beam 4, alpha 0.6, at most "
         f"{BASE_OUTPUT} output tokens, {args.ct2_threads} CTranslate2 threads, median of "
         f"{args.rounds} round(s)"
     )
-    tokens = ["<pad>", "</s>"] + [f"t{i}" for i in range(2, BASE_VOCAB)]
+    tokens = ["<pad>", "</s>"] + [f"t{i}" for i in range(2, vocab)]
+    bf16 = in_decode_dtype(TrainedModel(model, hp, None, ""), "bfloat16").model
     with tempfile.TemporaryDirectory(prefix="benchmark_decode_base_") as temporary:
-        module = TranslationModule(BeamSearcher(model, config))
-        tf.saved_model.save(module, os.path.join(temporary, "saved"), module.signatures())
-        loaded = tf.saved_model.load(os.path.join(temporary, "saved"))
-        runners = {
-            SAVED_IDS: ids_runner(
-                lambda ids: loaded.signatures["translate_ids"](input_ids=ids), start_column=False
+        runners = {DEFAULT: ids_runner(Translator(model, config).search)}
+        if args.xla_row:
+            runners[XLA] = ids_runner(Translator(model, config, jit_compile=True).search)
+        for name, searched in ((SAVED_IDS, model), (SAVED_BF16, bf16)):
+            module = TranslationModule(BeamSearcher(searched, config))
+            folder = os.path.join(temporary, name.split()[-1])
+            tf.saved_model.save(module, folder, module.signatures())
+            loaded = tf.saved_model.load(folder)
+            runners[name] = ids_runner(
+                lambda ids, loaded=loaded: loaded.signatures["translate_ids"](input_ids=ids),
+                start_column=False,
             )
-        }
         for name, quantization in ((CT2_FLOAT32, None), (CT2_INT8, "int8")):
             folder = os.path.join(temporary, quantization or "float32")
             # A fresh spec each time: converting one changes its weights in place.
@@ -415,7 +431,13 @@ def main(argv=None) -> dict:
         help="CTranslate2's threads; default: this process's CPUs",
     )  # fmt: skip
     parser.add_argument(
-        "--base_shape", action="store_true", help="time transformer_base at BENCHMARKS.md's shape"
+        "--base_shape", action="store_true", help="time random weights at BENCHMARKS.md's shape"
+    )
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="base", help="--base_shape's model"
+    )
+    parser.add_argument(
+        "--xla_row", action="store_true", help="--base_shape: add the XLA-compiled search"
     )
     parser.add_argument(
         "--no_uncached", action="store_true", help="leave out the (slowest) uncached row"

@@ -47,7 +47,7 @@ from t2t_lite.export.inspection import inspector_for
 from t2t_lite.export.searcher import BeamSearcher
 from t2t_lite.export.text_codec import codec_for
 from t2t_lite.ids import EOS_ID
-from t2t_lite.runs.restore import TrainedModel, load_trained_model
+from t2t_lite.runs.restore import TrainedModel, in_decode_dtype, load_trained_model
 from t2t_lite.search import SearchConfig
 
 IDS_SUFFIX = "_ids"
@@ -206,6 +206,8 @@ def export_model(
     model_name: str,
     search: SearchConfig | None = None,
     ids_model_name: str | None = None,
+    decode_dtype: str = "float32",
+    xla: bool | None = None,
 ) -> ExportResult:
     """Writes the text SavedModel and (unless disabled) the ids-only one, same version.
 
@@ -218,6 +220,10 @@ def export_model(
             longest input (`SearchConfig.for_problem`); None = the problem's defaults.
         ids_model_name: name of the ids-only SavedModel; None = MODEL_NAME + "_ids",
             "" = do not write it.
+        decode_dtype: "float32", or "bfloat16" to search with a bfloat16 copy of the
+            model (`t2t_lite.runs.in_decode_dtype`).
+        xla: compile the search with XLA; None = as `t2t_lite.search.SearchFunction`
+            decides (only with a GPU, and not for a constrained search).
 
     Returns:
         ExportResult with the version and the two version folders.
@@ -242,9 +248,14 @@ def export_model(
         "hparams": dataclasses.asdict(trained.hp),
         "search": dataclasses.asdict(search),
         "version": version,
+        "decode_dtype": decode_dtype,
+        "xla": xla,
     }
     searcher = BeamSearcher(
-        trained.model, search, constraint=trained.problem.search_constraint(data_dir)
+        in_decode_dtype(trained, decode_dtype).model,
+        search,
+        constraint=trained.problem.search_constraint(data_dir),
+        jit_compile=xla,
     )
     inspector = inspector_for(trained, encoders, searcher, source_codec, target_codec)
     text_module = TranslationModule(searcher, source_codec, target_codec, inspector)
@@ -266,6 +277,8 @@ def export_from_run(
     hparams_set: str | None = None,
     overrides: str = "",
     ids_model_name: str | None = None,
+    decode_dtype: str = "float32",
+    xla: bool | None = None,
     **search_overrides,
 ) -> ExportResult:
     """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.
@@ -277,4 +290,6 @@ def export_from_run(
         problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides
     )
     search = SearchConfig.for_problem(trained.problem, trained.hp, **search_overrides)
-    return export_model(trained, data_dir, export_dir, model_name, search, ids_model_name)
+    return export_model(
+        trained, data_dir, export_dir, model_name, search, ids_model_name, decode_dtype, xla
+    )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from t2t_lite.ids import EOS_ID
-from t2t_lite.search import SearchConfig, model_beam_search
+from t2t_lite.search import SearchConfig, SearchFunction
 from t2t_lite.search.config import ALPHA_RANGE
 
 
@@ -58,10 +58,12 @@ class BeamSearcher(tf.Module):
         constraint: the problem's `search_constraint`, or None (see `Translator`).
     """
 
-    def __init__(self, model, search_config: SearchConfig, constraint=None):
+    def __init__(self, model, search_config: SearchConfig, constraint=None, jit_compile=None):
         super().__init__(name="beam_searcher")
         self._model_ref = _Untracked(model)
         self._constraint = _Untracked(constraint)
+        # The in-process Translator's function: the same graph, compiled the same way.
+        self._function = _Untracked(SearchFunction(model, search_config, constraint, jit_compile))
         self.weights = backing_variables(model)
         self.search_config = search_config
         self._source_vocab_size = model.vocab_size
@@ -91,12 +93,7 @@ class BeamSearcher(tf.Module):
                 checked = tf.debugging.Assert(ok, [message])
         with tf.control_dependencies([checked]):
             input_ids = tf.identity(input_ids)
-        if len(sizes) == 1:
-            ids, scores = self._beam_search(input_ids, sizes[0], alpha)
-        else:
-            index = tf.argmax(tf.cast(offered, tf.int32), output_type=tf.int32)
-            branches = [lambda k=k: self._beam_search(input_ids, k, alpha) for k in sizes]
-            ids, scores = tf.switch_case(index, branches)
+        ids, scores = self._function.value.search(input_ids, beam_size, alpha)
         # An empty input (EOS alone) translates to nothing with score 0, as a blank sentence
         # does in the text signatures and the decoder, and as CTranslate2 answers it.
         empty = tf.reduce_sum(tf.cast(input_ids != 0, tf.int32), axis=1) == 1  # [B]
@@ -151,14 +148,3 @@ class BeamSearcher(tf.Module):
             ]
         )
         return tf.reduce_all(ok), message
-
-    def _beam_search(self, input_ids, beam_size: int, alpha):
-        """The Translator's beam search with a tensor alpha: ids [B, S] -> ([B, K, L + 1], [B, K])."""
-        return model_beam_search(
-            self._model_ref.value,
-            input_ids,
-            beam_size,
-            alpha,
-            self.search_config.extra_length,
-            constraint=self._constraint.value,
-        )

@@ -342,18 +342,44 @@ class Transformer(keras.Model):
             }
         return cache
 
-    def decode_step(self, ids, i, cache):
+    @staticmethod
+    def split_cache(cache):
+        """(moving, constants): the parts of a cache that a step changes, and the rest.
+
+        A beam search reorders only `moving` (each layer's self-attention keys and values,
+        and the source pointer) by parent hypothesis after every step; `constants` (the
+        encoder mask, the encoder-decoder keys and values, the encoder output) are the same
+        for every hypothesis of a sentence and are never reordered.
+        """
+        moving, constants = {}, {}
+        for key, value in cache.items():
+            if key.startswith("decoder_layer_"):
+                moving[key] = {"self_attention": value["self_attention"]}
+                constants[key] = {"cross_attention": value["cross_attention"]}
+            elif key == "pointer":
+                moving[key] = value
+            else:
+                constants[key] = value
+        return moving, constants
+
+    def decode_step(self, ids, i, cache, constants=None):
         """One cached decoder step (eval mode): feeds `ids` at position i.
 
         Args:
             ids: int [B], the token at position i of the decoder input (0 when i = 0,
                 then the token predicted for position i - 1).
             i: scalar int, the position, 0 <= i < L.
-            cache: from `init_cache` or the previous step.
+            cache: from `init_cache` or the previous step; or, with `constants`, the
+                `moving` part of `split_cache`.
+            constants: None, or the `constants` part of `split_cache`.
 
         Returns:
-            (float32 logits [B, V_target] for position i, the cache with slot i filled).
+            (float32 logits [B, V_target] for position i, the cache with slot i filled);
+            with `constants`, only the moving part of the new cache.
         """
+        if constants is not None:
+            logits, new_cache = self.decode_step(ids, i, _joined(cache, constants))
+            return logits, self.split_cache(new_cache)[0]
         i = ops.cast(i, "int32")
         encoder_mask = cache["encoder_mask"]
         new_cache = {"encoder_mask": encoder_mask}
@@ -386,3 +412,11 @@ class Transformer(keras.Model):
     def get_config(self):
         arguments = {name: getattr(self, name) for name in _arguments(Transformer)}
         return {**super().get_config(), **arguments}
+
+
+def _joined(moving: dict, constants: dict) -> dict:
+    """The whole cache from the two parts of `Transformer.split_cache`."""
+    cache = dict(constants)
+    for key, value in moving.items():
+        cache[key] = {**constants[key], **value} if isinstance(value, dict) else value
+    return cache

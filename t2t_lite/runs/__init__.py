@@ -6,6 +6,18 @@ model from a run, and `progress` prints the progress lines of long work. Trainin
 inference and export all use these; nothing here imports any of them.
 """
 
-from t2t_lite.runs.restore import RestoreError, TrainedModel, load_trained_model
+from t2t_lite.runs.restore import (
+    DECODE_DTYPES,
+    RestoreError,
+    TrainedModel,
+    in_decode_dtype,
+    load_trained_model,
+)
 
-__all__ = ["RestoreError", "TrainedModel", "load_trained_model"]
+__all__ = [
+    "DECODE_DTYPES",
+    "RestoreError",
+    "TrainedModel",
+    "in_decode_dtype",
+    "load_trained_model",
+]

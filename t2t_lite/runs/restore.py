@@ -139,3 +139,38 @@ def _what_to_do(output_dir: str, path: str) -> str:
         "without that folder, pass an empty --output_dir with the --hparams_set and --hparams "
         "it was trained with"
     )
+
+
+# Dtypes a trained model can be searched in: its float32 weights, or a bfloat16 copy.
+DECODE_DTYPES = ("float32", "bfloat16")
+
+
+def in_decode_dtype(trained: TrainedModel, dtype: str) -> TrainedModel:
+    """`trained`, or a copy whose weights and computation are in `dtype`.
+
+    A "bfloat16" copy holds every weight rounded to bfloat16 and computes in bfloat16
+    (Keras's "bfloat16" policy): the matrix products run at bfloat16 speed on CPUs with
+    bfloat16 instructions (AVX512_BF16, AMX) and on GPUs and TPUs. Layer normalisation,
+    softmax and the logits stay float32 (the layers compute them so in any policy).
+    """
+    if dtype not in DECODE_DTYPES:
+        raise RestoreError(f"decode dtype must be one of {list(DECODE_DTYPES)}, got {dtype!r}")
+    if dtype == "float32":
+        return trained
+    source = trained.model
+    copy = build_transformer(
+        dataclasses.replace(trained.hp, dtype_policy=dtype),
+        source.vocab_size,
+        source.target_vocab_size,
+        source.non_copy_ids or None,
+    )
+    for target, value in zip(_weights(copy), _weights(source), strict=True):
+        if target.path != value.path or tuple(target.shape) != tuple(value.shape):
+            raise RestoreError(f"cannot copy {value.path} into {target.path} of the {dtype} model")
+        target.assign(tf.cast(value, target.dtype))
+    return dataclasses.replace(trained, model=copy)
+
+
+def _weights(model) -> list:
+    """The model's weights, without the dropout layers' random-seed states."""
+    return [variable for variable in model.variables if "seed_generator" not in variable.path]

@@ -8,13 +8,16 @@ inference, which both use it.
 """
 
 from t2t_lite.search.batches import length_batches, pad_batch, strip_ids, without_eos
+from t2t_lite.search.compiled import SearchFunction
 from t2t_lite.search.config import METHODS, SearchConfig, SearchConfigError
-from t2t_lite.search.translator import Translator, model_beam_search, row_limits
+from t2t_lite.search.model_search import model_beam_search, row_limits
+from t2t_lite.search.translator import Translator
 
 __all__ = [
     "METHODS",
     "SearchConfig",
     "SearchConfigError",
+    "SearchFunction",
     "Translator",
     "length_batches",
     "model_beam_search",

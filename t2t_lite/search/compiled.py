@@ -1,0 +1,106 @@
+"""The search as one compiled function, shared by the in-process `Translator` and SavedModels.
+
+`SearchFunction(model, config).search(input_ids [B, S], beam_size [], alpha [])` is a
+`tf.function` with a fixed input signature. It picks the branch of the requested beam
+size (each offered beam is a branch, since a beam is a static dimension) and runs that
+branch's search, encoder included, either as a graph or as one XLA computation
+(`jit_compile`; by default only on GPUs and TPUs, see `default_jit_compile`), where the
+loop, the model's steps and the beam bookkeeping run as compiled code.
+
+XLA compiles once per input shape. So that a stream of batches of varied widths compiles
+a few times only, the source width is padded with zeros to a multiple of `WIDTH_STEP`
+before the search and the outputs are cut back to the width the unpadded input gives;
+padding changes no row's hypotheses (each row decodes up to its own length + extra).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from t2t_lite.search.config import SearchConfig
+from t2t_lite.search.model_search import model_beam_search, model_greedy_search
+
+# Source widths are padded up to a multiple of this under XLA (one compilation per step).
+WIDTH_STEP = 8
+
+
+def default_jit_compile(constraint=None) -> bool:
+    """XLA where it pays: with a GPU or TPU, and a search without a constraint.
+
+    On CPUs XLA's compiled loop is slower than the plain graph, whose matrix products and
+    top-k run TensorFlow's own (oneDNN) kernels; a constraint's ops need not have XLA
+    kernels.
+    """
+    accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
+    return constraint is None and bool(accelerators)
+
+
+class SearchFunction:
+    """The model's search under `config` as one `tf.function`, optionally XLA-compiled.
+
+    Args:
+        model: the Transformer, with `encode`, `init_cache`, `split_cache`, `decode_step`.
+        config: the SearchConfig (its method, beam sizes, extra length; sampling options).
+        constraint: the problem's `search_constraint`, or None (beam search only).
+        jit_compile: compile each branch with XLA; None = `default_jit_compile(constraint)`.
+    """
+
+    def __init__(self, model, config: SearchConfig, constraint=None, jit_compile=None):
+        self.model = model
+        self.config = config
+        self.constraint = constraint
+        if jit_compile is None:
+            jit_compile = default_jit_compile(constraint)
+        self.jit_compile = bool(jit_compile)
+        sizes = config.beam_sizes if config.method == "beam" else (1,)
+        self.beam_sizes = tuple(sizes)
+        self._branches = {
+            size: tf.function(
+                lambda ids, alpha, size=size: self._branch(ids, size, alpha),
+                jit_compile=self.jit_compile,
+            )
+            for size in self.beam_sizes
+        }
+        self.search = tf.function(
+            self._search,
+            input_signature=[
+                tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+                tf.TensorSpec([], tf.int32, name="beam_size"),
+                tf.TensorSpec([], tf.float32, name="alpha"),
+            ],
+        )
+
+    def _search(self, input_ids, beam_size, alpha):
+        """ids [B, S] -> (ids [B, K, S + extra + 1] with the start column, scores [B, K]).
+
+        A beam size not among `beam_sizes` runs the first branch: callers that take the
+        beam from a request check it first (`t2t_lite.export.BeamSearcher`).
+        """
+        width = tf.shape(input_ids)[1]
+        if self.jit_compile:
+            padding = (-width) % WIDTH_STEP
+            input_ids = tf.pad(input_ids, [[0, 0], [0, padding]])
+        if len(self.beam_sizes) == 1:
+            ids, scores = self._branches[self.beam_sizes[0]](input_ids, alpha)
+        else:
+            offered = tf.equal(tf.constant(self.beam_sizes, tf.int32), beam_size)
+            index = tf.argmax(tf.cast(offered, tf.int32), output_type=tf.int32)
+            branches = [lambda k=k: self._branches[k](input_ids, alpha) for k in self.beam_sizes]
+            ids, scores = tf.switch_case(index, branches)
+        return ids[:, :, : width + self.config.extra_length + 1], scores
+
+    def _branch(self, input_ids, beam_size: int, alpha):
+        """One beam size's search: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K])."""
+        config = self.config
+        if config.method == "beam":
+            return model_beam_search(
+                self.model,
+                input_ids,
+                beam_size,
+                alpha,
+                config.extra_length,
+                config.stop_early,
+                constraint=self.constraint,
+            )
+        ids, scores = model_greedy_search(self.model, input_ids, config)
+        return ids[:, None, :], scores[:, None]

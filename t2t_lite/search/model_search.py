@@ -1,0 +1,99 @@
+"""Searches with a Transformer: encode once, then beam search or greedy decoding (or
+sampling) through the model's cached `decode_step`.
+
+The cache is split (`model.split_cache`) into what a step changes (the self-attention
+keys and values) and what it does not (the encoder-decoder keys and values, the encoder
+mask). Beam search tiles the constant part over the beams once, and reorders only the
+changing part by parent hypothesis after every step.
+
+A sentence's output does not depend on the batch it is decoded in: each row generates at
+most its own length (EOS included) + `extra_length` tokens, as it would alone, and stops
+when its own search is done (the searches' `max_lengths`; beam search freezes a row once
+it is done). The batch's width + `extra_length` only bounds the loop.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from t2t_lite.decoding import beam_search, greedy_search, sample
+
+
+def row_limits(inputs, extra_length: int):
+    """Each row's own decode length: ids [B, S] -> int32 [B] = its length (to EOS) + extra_length.
+
+    A row's length is the position of its last non-padding id plus one, so a row decodes
+    as far as it would alone, whatever the width of the batch it is padded to.
+    """
+    positions = tf.range(1, tf.shape(inputs)[1] + 1)  # [S]
+    lengths = tf.reduce_max(tf.where(inputs != 0, positions[tf.newaxis, :], 0), axis=1)  # [B]
+    return lengths + extra_length
+
+
+def search_inputs(model, inputs, extra_length: int, beam_size: int = 1):
+    """Encodes `inputs` once: (step function, start ids [B], states, decode length, limits [B]).
+
+    `states` is the changing part of the cache, [B, ...]; the constant part is tiled to
+    B * beam_size rows (row b * beam_size + k for beam k of row b, the searches' order)
+    and read by the step function. The decode length (the loop's bound) is the batch's
+    width + extra_length; each row stops at its own length + extra_length (`row_limits`).
+    """
+    encoder_output, encoder_mask = model.encode(inputs, training=False)
+    decode_length = tf.shape(inputs)[1] + extra_length
+    cache = model.init_cache(encoder_output, encoder_mask, decode_length)
+    states, constants = model.split_cache(cache)
+    if beam_size > 1:
+        constants = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), constants)
+    start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
+
+    def step(ids, i, states):
+        return model.decode_step(ids[:, i], i, states, constants)
+
+    return step, start, states, decode_length, row_limits(inputs, extra_length)
+
+
+def model_beam_search(
+    model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True, constraint=None
+):
+    """Cached beam search with `model`: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K]).
+
+    `alpha` may be a tensor (a per-request option of an exported model). `constraint`, if
+    given, is called as `constraint(inputs, row limits)` for the search's `StepConstraint`.
+    """
+    step, start, states, decode_length, limits = search_inputs(
+        model, inputs, extra_length, beam_size
+    )
+    vocab_size = model.target_vocab_size or model.vocab_size
+    return beam_search(
+        step,
+        start,
+        beam_size,
+        decode_length,
+        vocab_size,
+        alpha,
+        states=states,
+        stop_early=stop_early,
+        padded_ids=True,
+        max_lengths=limits,
+        constraint=constraint(inputs, limits) if constraint is not None else None,
+    )
+
+
+def model_greedy_search(model, inputs, config):
+    """Greedy decoding or sampling (`config.method`): ids [B, S] -> (ids [B, L], scores [B])."""
+    step, start, states, decode_length, limits = search_inputs(model, inputs, config.extra_length)
+    if config.method == "greedy":
+        return greedy_search(
+            step, start, decode_length, states=states, padded_ids=True, max_lengths=limits
+        )
+    return sample(
+        step,
+        start,
+        decode_length,
+        states=states,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        seed=config.seed,
+        padded_ids=True,
+        max_lengths=limits,
+    )
