@@ -51,7 +51,11 @@ CHROMIUM_FLAGS = (
 def _serve(model_dir, name, log, *flags):
     """A server process on `model_dir`; returns (process, base URL)."""
     process, lines = _start(model_dir, log, *flags)
-    return process, _ready(process, lines, name=name)
+    try:
+        return process, _ready(process, lines, name=name)
+    except BaseException:  # a server that never became ready must not outlive the test
+        _stop(process)
+        raise
 
 
 @pytest.fixture(scope="module")
