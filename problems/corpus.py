@@ -46,14 +46,24 @@ def read_lines(path: str):
     number = 0
     try:
         with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-            for number, raw in enumerate(f, 1):  # noqa: B007 (used after the loop)
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                yield number, decode_utf8(raw, f"{path}:{number}")
+            for number, text in numbered_lines(f, path):  # noqa: B007 (used after the loop)
+                yield number, text
     except (OSError, EOFError, zlib.error) as error:
         raise DataError(f"{path}: unreadable after line {number}: {error}") from None
+
+
+def numbered_lines(stream, where: str):
+    """Yields (line number from 1, text) of a binary stream, without `\\n` or `\\r\\n`.
+
+    Raises:
+        DataError: naming `where` and the line when a line is not valid UTF-8.
+    """
+    for number, raw in enumerate(stream, 1):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        yield number, decode_utf8(raw, f"{where}:{number}")
 
 
 def decode_utf8(raw: bytes, where: str) -> str:

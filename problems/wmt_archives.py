@@ -30,7 +30,7 @@ import tarfile
 import zlib
 
 from t2t_lite.problems import sgml
-from t2t_lite.problems.corpus import DataError, decode_utf8
+from t2t_lite.problems.corpus import DataError, numbered_lines
 from t2t_lite.problems.download import digest_of
 from t2t_lite.problems.progress import LOGGER
 
@@ -314,12 +314,8 @@ def member_lines(path: str, member: str):
     number = 0
     try:
         with _open_member(path, member) as stream:
-            for number, raw in enumerate(stream, 1):  # noqa: B007 (used after the loop)
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                yield number, decode_utf8(raw, f"{path}:{member}:{number}")
+            for number, text in numbered_lines(stream, f"{path}:{member}"):  # noqa: B007
+                yield number, text
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         where = f" after line {number} of {member}" if number else f" reading {member}"
         raise DataError(f"{path}: damaged archive ({error}{where}); {_redo(path)}") from None
