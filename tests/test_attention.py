@@ -24,7 +24,7 @@ from t2t_lite import hparams
 from t2t_lite.layers.attention import MultiHeadAttention
 from t2t_lite.models import attention_maps, shift_targets_right
 from t2t_lite.runs import load_trained_model
-from t2t_lite.training import trainer
+from t2t_lite.training import attention_images, trainer
 
 TINY = "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=16"
 
@@ -318,9 +318,9 @@ def test_mirrored_training_writes_the_attention_image_at_every_evaluation(tmp_pa
     # The step-2 image is the picture of the step-2 checkpoint's attention on the first dev
     # example, teacher-forced on its reference.
     restored = load_trained_model("algorithmic_reverse", "", str(tmp_path))
-    example = trainer.attention_example(restored.problem, "", restored.model.max_position)
+    example = attention_images.attention_example(restored.problem, "", restored.model.max_position)
     first = next(restored.problem.examples("dev", "").as_numpy_iterator())
-    keep = trainer.ATTENTION_TOKENS
+    keep = attention_images.ATTENTION_TOKENS
     assert example["source_ids"] == [int(i) for i in first["inputs"][:-1]][:keep]
     assert example["target_ids"] == [int(i) for i in first["targets"][:-1]][:keep]
     attention = attention_maps.sentence_attention(

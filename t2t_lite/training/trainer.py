@@ -16,11 +16,8 @@ tensor2tensor, which reads its global step before incrementing it (the schedule 
 step 0 as 1, so updates 1 and 2 share a rate). The `lr` logged at step n is that rate,
 the one update n applied.
 
-Attention at every evaluation: the images `eval/attention/encoder_decoder_last_layer` and
-`eval/attention/encoder_decoder_layers` show the encoder-decoder attention (averaged over
-heads) of the first dev example, teacher-forced on its reference, so the same sentence on the
-same axes is seen at every step (`t2t_lite.models.attention_maps`). One eager forward pass of
-one sentence outside the training step: nothing is compiled for it.
+Every evaluation also writes the attention images of the first dev example
+(`t2t_lite.training.attention_images`).
 """
 
 from __future__ import annotations
@@ -34,12 +31,10 @@ import tensorflow as tf
 
 from t2t_lite import hparams as hparams_lib
 from t2t_lite import problems as problems_lib
-from t2t_lite.ids import EOS_ID
-from t2t_lite.models import attention_maps, build_transformer
+from t2t_lite.models import build_transformer
 from t2t_lite.problems import pipeline
 from t2t_lite.runs import run_dir
 from t2t_lite.runs.progress import Progress
-from t2t_lite.search import without_eos
 from t2t_lite.training import (
     best,
     bleu_eval,
@@ -49,6 +44,7 @@ from t2t_lite.training import (
     saving,
     warm_start,
 )
+from t2t_lite.training.attention_images import attention_example, write_attention_images
 from t2t_lite.training.compile_log import CompileLog, use_xla
 from t2t_lite.training.resume import data_seed, resume_or_start, worker_dirs
 from t2t_lite.training.run_config import RunConfig, resolve
@@ -62,10 +58,6 @@ from t2t_lite.training.step import (
 )
 
 __all__ = ["RunConfig", "train_and_evaluate"]
-
-# The attention images show at most this many tokens of each side of the dev example, so
-# that every label stays readable.
-ATTENTION_TOKENS = 40
 
 
 def make_schedule(hp) -> TransformerSchedule:
@@ -386,51 +378,6 @@ def _evaluate(run: _Run) -> dict:
     return metrics
 
 
-def attention_example(problem, data_dir: str, max_position: int) -> dict | None:
-    """The first dev example for the attention images: ids and labels, or None without one.
-
-    Returns:
-        {"source_ids", "target_ids"}: token ids without EOS, each cut to ATTENTION_TOKENS;
-        {"source_labels", "target_labels"}: the pieces of those ids and EOS.
-    """
-    try:
-        example = next(problem.examples("dev", data_dir).take(1).as_numpy_iterator(), None)
-    except tf.errors.DataLossError as error:
-        raise pipeline.read_error(problem, "dev", data_dir, error) from None
-    if example is None or "targets" not in example:
-        return None
-    keep = min(ATTENTION_TOKENS, max_position - 1)  # 1 for EOS
-    encoders = problem.encoders(data_dir)
-    found = {}
-    for side, feature in (("source", "inputs"), ("target", "targets")):
-        ids = without_eos(example[feature])[:keep]
-        found[f"{side}_ids"] = ids
-        found[f"{side}_labels"] = attention_maps.token_labels(encoders[feature], ids + [EOS_ID])
-    return found
-
-
 def _write_attention(run: _Run) -> None:
     """Writes the eval/attention/... images of the first dev example at this step."""
-    example = run.attention_example
-    if example is None:
-        return
-    try:
-        attention = attention_maps.sentence_attention(
-            run.model, example["source_ids"], example["target_ids"]
-        )
-        figures = attention_maps.summary_figures(
-            attention, example["source_labels"], example["target_labels"]
-        )
-        images = {name: attention_maps.figure_pixels(f) for name, f in figures.items()}
-    except Exception as error:  # noqa: BLE001 - a picture must not end a training run
-        run.printer(f"eval step {run.step}: no attention image ({type(error).__name__}: {error})")
-        return
-    with run.eval_writer.as_default(step=run.step):
-        for name, pixels in images.items():
-            tf.summary.image(
-                f"eval/attention/{name}",
-                pixels[None],
-                description="First dev example, teacher-forced on its reference: rows are "
-                "the target pieces predicted, columns the source pieces.",
-            )
-    run.eval_writer.flush()
+    write_attention_images(run.model, run.attention_example, run.eval_writer, run.step, run.printer)
