@@ -11,14 +11,15 @@ T2T_PAGE_SCREENSHOTS=DIR, to DIR: how docs/images/ is made).
 """
 
 import http.client
+import importlib.util
 import json
 import os
-import shutil
+from pathlib import Path
 from urllib.parse import urlparse
 
+import matplotlib.image
 import numpy as np
 import pytest
-from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -41,11 +42,10 @@ PARSER_TINY = (
 PARSER_STEPS = 30
 # Words a parse copies to its leaves: markup, entities and a script-looking word.
 HOSTILE_WORDS = ["The", "<b>", "firm", "said", "AT&T", "&amp;", "<img/src/onerror=pwn()>", "."]
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--window-size=1100,1300",
-)  # fmt: skip
+SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "page_screenshot.py"
+_spec = importlib.util.spec_from_file_location("page_screenshot", SCRIPT)
+page_screenshot = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(page_screenshot)
 
 
 def _serve(model_dir, name, log, *flags):
@@ -98,20 +98,10 @@ def parser(tmp_path_factory, shared_data):
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """Headless Chromium (Debian's chromium and chromium-driver) with a fresh profile."""
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail(
-            "the page's tests need Chromium and its driver: apt-get install chromium "
-            "chromium-driver (.ci/run does this)"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium_profile')}")
-    session = webdriver.Chrome(options=options, service=Service(driver))
+    try:
+        session = page_screenshot.start_chromium(str(tmp_path_factory.mktemp("chromium_profile")))
+    except RuntimeError as error:
+        pytest.fail(f"the page's tests need a browser: {error} (.ci/run does this)")
     try:
         yield session
     finally:
@@ -126,32 +116,12 @@ def _screenshot(browser, name, tmp_path):
 
 
 def _open(browser, url):
-    browser.get(url + "/")
-    WebDriverWait(browser, 120).until(lambda b: b.find_element(By.ID, "translate").is_enabled())
+    page_screenshot.open_page(browser, url)
 
 
 def _translate(browser, text, beam=None, alpha=None):
     """Types `text`, sets the options, clicks Translate and waits for the heat map."""
-    source = browser.find_element(By.ID, "source")
-    source.clear()
-    source.send_keys(text)
-    if beam is not None:
-        Select(browser.find_element(By.ID, "beam-size")).select_by_value(str(beam))
-    if alpha is not None:
-        field = browser.find_element(By.ID, "alpha")
-        field.clear()
-        field.send_keys(str(alpha))
-    browser.execute_script("document.getElementById('heatmap').replaceChildren()")
-    browser.find_element(By.ID, "translate").click()
-    WebDriverWait(browser, 300).until(
-        lambda b: (
-            b.find_elements(By.CSS_SELECTOR, "#heatmap rect.cell")
-            or b.find_element(By.CSS_SELECTOR, "#message.error")
-        )
-    )
-    assert not browser.find_elements(By.CSS_SELECTOR, "#message.error"), browser.find_element(
-        By.ID, "message"
-    ).text
+    page_screenshot.translate(browser, text, beam, alpha)
 
 
 def _heatmap(browser) -> dict:
@@ -277,6 +247,23 @@ def test_translation_nbest_and_attention_match_the_model(reverse, browser, tmp_p
     np.testing.assert_allclose(opacities, attention[1, 0, r] / attention[1, 0, r].max(), atol=1e-3)
     assert "focused" in label.get_attribute("class")
     _screenshot(browser, "page_translation.png", tmp_path)
+
+
+def test_screenshot_tool_translates_and_writes_the_window(reverse, tmp_path):
+    out = tmp_path / "page.png"
+    argv = ["--url", reverse["url"], "--out", str(out), "--text", "3 5 7 9", "--width", "800",
+            "--height", "600", "--beam_size", "2"]  # fmt: skip
+    assert page_screenshot.main(argv) == 0
+    pixels = matplotlib.image.imread(out)
+    assert pixels.shape[1] == 800  # the window's width; its height includes what is not page
+    assert pixels.std() > 0  # something was drawn
+    # A request the page refuses is the page's message and a failing exit, not a picture.
+    refused = tmp_path / "refused.png"
+    assert (
+        page_screenshot.main(["--url", reverse["url"], "--out", str(refused), "--alpha", "10.5"])
+        == 1
+    )
+    assert not refused.exists()
 
 
 def test_page_checks_requests_as_the_api_does(reverse, browser):
