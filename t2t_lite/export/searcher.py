@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from t2t_lite.ids import EOS_ID
 from t2t_lite.search import SearchConfig, SearchFunction
+from t2t_lite.search.compiled import SEARCH_SIGNATURE
 from t2t_lite.search.config import ALPHA_RANGE
 
 
@@ -67,14 +68,7 @@ class BeamSearcher(tf.Module):
         self.weights = backing_variables(model)
         self.search_config = search_config
         self._source_vocab_size = model.vocab_size
-        self.search = tf.function(
-            self._search,
-            input_signature=[
-                tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-                tf.TensorSpec([], tf.int32, name="beam_size"),
-                tf.TensorSpec([], tf.float32, name="alpha"),
-            ],
-        )
+        self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
 
     def _search(self, input_ids, beam_size, alpha):
         """ids [B, S] int32 -> (ids [B, K, L] int32 without the start column, scores [B, K]).

@@ -23,6 +23,13 @@ from t2t_lite.search.model_search import model_beam_search, model_greedy_search
 # Source widths are padded up to a multiple of this under XLA (one compilation per step).
 WIDTH_STEP = 8
 
+# The search's inputs, as every caller of a `SearchFunction` declares them.
+SEARCH_SIGNATURE = (
+    tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+    tf.TensorSpec([], tf.int32, name="beam_size"),
+    tf.TensorSpec([], tf.float32, name="alpha"),
+)
+
 
 def default_jit_compile(constraint=None) -> bool:
     """XLA where it pays: with a GPU or TPU, and a search without a constraint.
@@ -61,14 +68,7 @@ class SearchFunction:
             )
             for size in self.beam_sizes
         }
-        self.search = tf.function(
-            self._search,
-            input_signature=[
-                tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-                tf.TensorSpec([], tf.int32, name="beam_size"),
-                tf.TensorSpec([], tf.float32, name="alpha"),
-            ],
-        )
+        self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
 
     def _search(self, input_ids, beam_size, alpha):
         """ids [B, S] -> (ids [B, K, S + extra + 1] with the start column, scores [B, K]).
