@@ -51,13 +51,17 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
     tf.saved_model.save(module, str(tmp_path / "saved"), signatures=module.signatures())
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     options = loaded.signatures["translate_ids_with_options"]
+    # One Translator per setting, searching every batch (each builds its own function).
+    translators = {
+        (beam_size, alpha): Translator(
+            model,
+            SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
+            jit_compile=jit_compile,
+        )
+        for beam_size, alpha in ((3, 0.6), (1, 0.0), (2, 1.5))
+    }
     for batch in batches(seed=4):
-        for beam_size, alpha in ((3, 0.6), (1, 0.0), (2, 1.5)):
-            translator = Translator(
-                model,
-                SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
-                jit_compile=jit_compile,
-            )
+        for (beam_size, alpha), translator in translators.items():
             ids, scores = (t.numpy() for t in translator.search(batch))
             saved = options(
                 input_ids=tf.constant(batch),
@@ -80,9 +84,11 @@ def test_xla_search_equals_the_graph_search(method):
     """XLA (padded width, tiled constants) finds the graph search's hypotheses."""
     model, _ = random_model(seed=5)
     config = SearchConfig(method=method, beam_size=4, alpha=0.6, extra_length=6)
+    compiled_translator = Translator(model, config, jit_compile=True)
+    graph_translator = Translator(model, config, jit_compile=False)
     for batch in batches(seed=6):
-        compiled = Translator(model, config, jit_compile=True).search(batch)
-        graph = Translator(model, config, jit_compile=False).search(batch)
+        compiled = compiled_translator.search(batch)
+        graph = graph_translator.search(batch)
         np.testing.assert_array_equal(compiled[0].numpy(), graph[0].numpy())
         np.testing.assert_allclose(compiled[1].numpy(), graph[1].numpy(), rtol=1e-5, atol=1e-5)
 
