@@ -51,22 +51,24 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
     tf.saved_model.save(module, str(tmp_path / "saved"), signatures=module.signatures())
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     options = loaded.signatures["translate_ids_with_options"]
-    for batch in batches(seed=4):
-        for beam_size, alpha in ((3, 0.6), (1, 0.0), (2, 1.5)):
-            translator = Translator(
-                model,
-                SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
-                jit_compile=jit_compile,
-            )
-            ids, scores = (t.numpy() for t in translator.search(batch))
-            saved = options(
-                input_ids=tf.constant(batch),
-                beam_size=tf.constant(beam_size),
-                alpha=tf.constant(alpha, tf.float32),
-            )
-            np.testing.assert_array_equal(saved["output_ids"].numpy(), ids[:, :, 1:])
-            np.testing.assert_array_equal(saved["scores"].numpy(), scores)
-            assert ids.shape == (len(batch), beam_size, batch.shape[1] + 5 + 1)
+    # Each batch width and size with its own setting: every setting and every padded shape
+    # is compared once (under XLA each pair is a compilation on each side).
+    settings = ((3, 0.6), (1, 0.0), (2, 1.5))
+    for batch, (beam_size, alpha) in zip(batches(seed=4), settings, strict=True):
+        translator = Translator(
+            model,
+            SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
+            jit_compile=jit_compile,
+        )
+        ids, scores = (t.numpy() for t in translator.search(batch))
+        saved = options(
+            input_ids=tf.constant(batch),
+            beam_size=tf.constant(beam_size),
+            alpha=tf.constant(alpha, tf.float32),
+        )
+        np.testing.assert_array_equal(saved["output_ids"].numpy(), ids[:, :, 1:])
+        np.testing.assert_array_equal(saved["scores"].numpy(), scores)
+        assert ids.shape == (len(batch), beam_size, batch.shape[1] + 5 + 1)
     # Both compile the search alike (the in-process function is the export's); by default
     # with XLA only where there is a GPU.
     expected = bool(tf.config.list_logical_devices("GPU")) if jit_compile is None else True
@@ -80,9 +82,11 @@ def test_xla_search_equals_the_graph_search(method):
     """XLA (padded width, tiled constants) finds the graph search's hypotheses."""
     model, _ = random_model(seed=5)
     config = SearchConfig(method=method, beam_size=4, alpha=0.6, extra_length=6)
+    compiled_translator = Translator(model, config, jit_compile=True)
+    graph_translator = Translator(model, config, jit_compile=False)
     for batch in batches(seed=6):
-        compiled = Translator(model, config, jit_compile=True).search(batch)
-        graph = Translator(model, config, jit_compile=False).search(batch)
+        compiled = compiled_translator.search(batch)
+        graph = graph_translator.search(batch)
         np.testing.assert_array_equal(compiled[0].numpy(), graph[0].numpy())
         np.testing.assert_allclose(compiled[1].numpy(), graph[1].numpy(), rtol=1e-5, atol=1e-5)
 

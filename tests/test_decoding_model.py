@@ -128,8 +128,8 @@ def test_cached_beam_search_equals_uncached_on_a_random_model(beam_size, alpha):
 def test_cached_beam_search_equals_uncached_on_a_trained_model(trained_model):
     model = trained_model.model
     inputs = random_inputs(np.random.default_rng(7), 12, [1, 4, 9, 6, 3])
-    ids, scores = Translator(model, SearchConfig(beam_size=4, extra_length=5)).search(inputs)
-    ids, scores = ids.numpy(), scores.numpy()
+    translator = Translator(model, SearchConfig(beam_size=4, extra_length=5))
+    ids, scores = (t.numpy() for t in translator.search(inputs))
     # The trained model ends its best hypotheses with EOS: finished hypotheses are compared
     # (with early stopping, slots that no finished hypothesis filled stay at NEG_INF).
     assert (scores[:, 0] > NEG_INF / 2).all()
@@ -138,7 +138,7 @@ def test_cached_beam_search_equals_uncached_on_a_trained_model(trained_model):
     # And it learned the task: most short inputs come back reversed (all 32 in one run).
     lengths = np.random.default_rng(8).integers(1, 7, size=32)
     short = random_inputs(np.random.default_rng(9), 12, lengths)
-    best = Translator(model, SearchConfig(beam_size=4, extra_length=5)).search(short)[0][:, 0]
+    best = translator.search(short)[0][:, 0]
     reversed_rows = [
         list(best[row, 1 : length + 2]) == [*short[row, :length][::-1], EOS]
         for row, length in enumerate(lengths)

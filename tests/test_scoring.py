@@ -90,6 +90,12 @@ def scorer(trained):
     return Scorer(make_decoder(trained))
 
 
+@pytest.fixture(scope="module")
+def exact_decoder(trained):
+    """Beam search until all beams are final (as --return_beams), batches of 2 lines."""
+    return make_decoder(trained, batch_size=2, stop_early=False)
+
+
 def write(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
@@ -295,10 +301,10 @@ def test_the_decoder_command_scores_a_file_and_names_both_files_on_a_mismatch(
 
 
 @pytest.mark.slow
-def test_jsonl_output_carries_each_beam_with_its_search_score(trained, tmp_path):
+def test_jsonl_output_carries_each_beam_with_its_search_score(exact_decoder, tmp_path):
     lines = ["3 1 4", "", "1 5 9 2 6 5", "8", "2 7 1 8 2"]
     src = write(tmp_path / "in.txt", lines)
-    decoder = make_decoder(trained, batch_size=2, stop_early=False)
+    decoder = exact_decoder
     decode_file(decoder, str(src), str(tmp_path / "beams.jsonl"), None, True, "jsonl")
     decode_file(decoder, str(src), str(tmp_path / "beams.txt"), None, True, "text")
     decode_file(decoder, str(src), str(tmp_path / "best.jsonl"), None, False, "jsonl")
@@ -381,7 +387,7 @@ def test_tokens_are_the_vocabularys_pieces_with_eos_last(trained, tmp_path, shar
 
 
 @pytest.mark.slow
-def test_the_decoder_command_writes_json_lines_with_the_beams_scores(reverse_run, trained):
+def test_the_decoder_command_writes_json_lines_with_the_beams_scores(reverse_run, exact_decoder):
     lines = ["3 1 4", "", "1 5 9 2 6 5"]
     # A name of its own: the run folder (and its decode/) is shared with other test files.
     src = write(reverse_run / "test_scoring_jsonl_input.txt", lines)
@@ -398,7 +404,7 @@ def test_the_decoder_command_writes_json_lines_with_the_beams_scores(reverse_run
     assert [(r["line"], r["source"]) for r in records] == [(1, lines[0]), (2, ""), (3, lines[2])]
     assert records[1]["hypotheses"] == []
     # --return_beams searches without early stopping, as this decoder does.
-    decoder = make_decoder(trained, stop_early=False)
+    decoder = exact_decoder
     for record in (records[0], records[2]):
         ids, scores = (
             t.numpy()[0]
