@@ -51,24 +51,26 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
     tf.saved_model.save(module, str(tmp_path / "saved"), signatures=module.signatures())
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     options = loaded.signatures["translate_ids_with_options"]
-    # Each batch width and size with its own setting: every setting and every padded shape
-    # is compared once (under XLA each pair is a compilation on each side).
-    settings = ((3, 0.6), (1, 0.0), (2, 1.5))
-    for batch, (beam_size, alpha) in zip(batches(seed=4), settings, strict=True):
-        translator = Translator(
+    # One Translator per setting, searching every batch (each builds its own function).
+    translators = {
+        (beam_size, alpha): Translator(
             model,
             SearchConfig(beam_size=beam_size, alpha=alpha, extra_length=5),
             jit_compile=jit_compile,
         )
-        ids, scores = (t.numpy() for t in translator.search(batch))
-        saved = options(
-            input_ids=tf.constant(batch),
-            beam_size=tf.constant(beam_size),
-            alpha=tf.constant(alpha, tf.float32),
-        )
-        np.testing.assert_array_equal(saved["output_ids"].numpy(), ids[:, :, 1:])
-        np.testing.assert_array_equal(saved["scores"].numpy(), scores)
-        assert ids.shape == (len(batch), beam_size, batch.shape[1] + 5 + 1)
+        for beam_size, alpha in ((3, 0.6), (1, 0.0), (2, 1.5))
+    }
+    for batch in batches(seed=4):
+        for (beam_size, alpha), translator in translators.items():
+            ids, scores = (t.numpy() for t in translator.search(batch))
+            saved = options(
+                input_ids=tf.constant(batch),
+                beam_size=tf.constant(beam_size),
+                alpha=tf.constant(alpha, tf.float32),
+            )
+            np.testing.assert_array_equal(saved["output_ids"].numpy(), ids[:, :, 1:])
+            np.testing.assert_array_equal(saved["scores"].numpy(), scores)
+            assert ids.shape == (len(batch), beam_size, batch.shape[1] + 5 + 1)
     # Both compile the search alike (the in-process function is the export's); by default
     # with XLA only where there is a GPU.
     expected = bool(tf.config.list_logical_devices("GPU")) if jit_compile is None else True
