@@ -64,9 +64,9 @@ def _train(output_dir, steps: int, overrides: str, seed: int) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """(run A: width 32, 100 steps; run B: width 48, 20 steps, another seed)."""
+    """(run A: width 32, 60 steps; run B: width 48, 10 steps, another seed)."""
     root = tmp_path_factory.mktemp("ensemble")
-    return _train(root / "a", 100, TINY, 1), _train(root / "b", 20, WIDER, 2)
+    return _train(root / "a", 60, TINY, 1), _train(root / "b", 10, WIDER, 2)
 
 
 @pytest.fixture(scope="module")
@@ -146,44 +146,44 @@ def penalty(n: int, alpha: float) -> float:
     return ((5.0 + n) / 6.0) ** alpha
 
 
-@pytest.mark.parametrize("method", ["beam", "greedy"])
-def test_an_ensemble_of_one_equals_its_model(trained_a, inputs, method):
-    config = config_for(trained_a, method)
-    ids, scores = search(trained_a.model, config, inputs)
-    ensemble_ids, ensemble_scores = search(Ensemble([trained_a.model]), config, inputs)
-    np.testing.assert_array_equal(ensemble_ids, ids)
-    np.testing.assert_allclose(ensemble_scores, scores, rtol=1e-5, atol=1e-5)
-    assert ids.shape[1] == (3 if method == "beam" else 1)
+@pytest.fixture(scope="module")
+def reference(trained_a, inputs):
+    """Model A alone: {method: (ids [B, K, L], scores [B, K])}, and its scores of TARGETS."""
+    searches = {
+        method: search(trained_a.model, config_for(trained_a, method), inputs)
+        for method in ("beam", "greedy")
+    }
+    scorer = Scorer(Decoder(trained_a, "", config_for(trained_a), printer=lambda line: None))
+    return searches, scorer.score(SOURCES, TARGETS).pairs
+
+
+def assert_same_as_reference(trained, reference, inputs):
+    """`trained` searches (n-best beam and greedy) and scores as model A does."""
+    searches, pairs = reference
+    for method, (ids, scores) in searches.items():
+        got_ids, got_scores = search(trained.model, config_for(trained, method), inputs)
+        np.testing.assert_array_equal(got_ids, ids)
+        np.testing.assert_allclose(got_scores, scores, rtol=1e-5, atol=1e-5)
+    assert searches["beam"][0].shape[1] == 3 and searches["greedy"][0].shape[1] == 1
+    scorer = Scorer(Decoder(trained, "", config_for(trained), printer=lambda line: None))
+    for got, pair in zip(scorer.score(SOURCES, TARGETS).pairs, pairs):
+        assert got.ids == pair.ids
+        np.testing.assert_allclose(got.token_log_probs, pair.token_log_probs, atol=1e-5)
+        assert got.score == pytest.approx(pair.score, abs=1e-4)
+
+
+def test_an_ensemble_of_one_equals_its_model(trained_a, reference, inputs):
+    wrapped = TrainedModel(Ensemble([trained_a.model]), trained_a.hp, trained_a.problem, "x")
+    assert_same_as_reference(wrapped, reference, inputs)
 
 
 @pytest.mark.parametrize("combination", COMBINATIONS)
-def test_two_copies_of_a_model_equal_the_model(runs, trained_a, inputs, combination):
+def test_two_copies_of_a_model_equal_the_model(runs, reference, inputs, combination):
     """Two separately restored copies, weighted unequally: any combination is the model."""
     copies = load_models(PROBLEM, "", f"{runs[0]},{runs[0]}", None, None, "", combination, [1, 3])
     assert isinstance(copies.model, Ensemble) and len(copies.members) == 2
     assert copies.members[0].model is not copies.members[1].model
-    for method in ("beam", "greedy"):
-        config = config_for(trained_a, method)
-        ids, scores = search(trained_a.model, config, inputs)
-        copy_ids, copy_scores = search(copies.model, config, inputs)
-        np.testing.assert_array_equal(copy_ids, ids)
-        np.testing.assert_allclose(copy_scores, scores, rtol=1e-5, atol=1e-5)
-    alone = Scorer(Decoder(trained_a, "", config_for(trained_a), printer=lambda line: None))
-    both = Scorer(Decoder(copies, "", config_for(copies), printer=lambda line: None))
-    for pair, copy in zip(alone.score(SOURCES, TARGETS).pairs, both.score(SOURCES, TARGETS).pairs):
-        np.testing.assert_allclose(copy.token_log_probs, pair.token_log_probs, atol=1e-5)
-
-
-def test_scores_of_one_model_through_an_ensemble_are_its_own(trained_a):
-    ensemble = TrainedModel(Ensemble([trained_a.model]), trained_a.hp, trained_a.problem, "x")
-    alone = Scorer(Decoder(trained_a, "", config_for(trained_a), printer=lambda line: None))
-    wrapped = Scorer(Decoder(ensemble, "", config_for(ensemble), printer=lambda line: None))
-    for pair, other in zip(
-        alone.score(SOURCES, TARGETS).pairs, wrapped.score(SOURCES, TARGETS).pairs
-    ):
-        assert other.ids == pair.ids
-        np.testing.assert_allclose(other.token_log_probs, pair.token_log_probs, atol=1e-5)
-        assert other.score == pytest.approx(pair.score, abs=1e-4)
+    assert_same_as_reference(copies, reference, inputs)
 
 
 @pytest.fixture(scope="module", params=COMBINATIONS)
@@ -237,7 +237,8 @@ def test_greedy_follows_the_argmax_of_the_combination(mixed, trained_a, trained_
     config = config_for(trained, "greedy")
     ids, _ = search(trained.model, config, inputs)
     models = [trained_a.model, trained_b.model]
-    for row, source in enumerate(SOURCES):
+    for row in (0, 3):  # two of the sentences: the reference reruns the models every step
+        source = SOURCES[row]
         limit = len(symbol_ids(source)) + 1 + config.extra_length
         prefix = []
         while len(prefix) < limit:
@@ -256,18 +257,18 @@ def test_exported_ensemble_equals_the_in_process_search(runs, inputs, tmp_path):
     combination = "mean_log_probability"
     trained = load_models(PROBLEM, "", ",".join(runs), None, None, "", combination, [2, 1])
     config = SearchConfig.for_problem(trained.problem, trained.hp, beam_size=2, beam_sizes=(2,))
-    result = export_model(trained, "", str(tmp_path), "ens", config)
+    # The text SavedModel only: it has the ids signatures too (one save, not two).
+    result = export_model(trained, "", str(tmp_path), "ens", config, ids_model_name="")
     metadata = json.load(open(os.path.join(result.text_dir, METADATA_FILE)))
     assert metadata["ensemble"]["combination"] == combination
     assert metadata["ensemble"]["weights"] == pytest.approx([2 / 3, 1 / 3])
     assert [m["hparams"]["hidden_size"] for m in metadata["ensemble"]["members"]] == [32, 48]
     ids, scores = search(trained.model, result.search, inputs)
-    for folder in (result.text_dir, result.ids_dir):
-        loaded = tf.saved_model.load(folder)
-        out = loaded.signatures["translate_ids"](input_ids=tf.constant(inputs))
-        np.testing.assert_array_equal(out["output_ids"].numpy(), ids[:, :, 1:])
-        np.testing.assert_array_equal(out["scores"].numpy(), scores)
-    text = tf.saved_model.load(result.text_dir).signatures["serving_default"]
+    loaded = tf.saved_model.load(result.text_dir)
+    out = loaded.signatures["translate_ids"](input_ids=tf.constant(inputs))
+    np.testing.assert_array_equal(out["output_ids"].numpy(), ids[:, :, 1:])
+    np.testing.assert_array_equal(out["scores"].numpy(), scores)
+    text = loaded.signatures["serving_default"]
     translations = text(sentences=tf.constant(SOURCES))["translations"].numpy()
     encoder = trained.problem.encoders("")["targets"]
     expected = [encoder.decode(strip_ids(row[0])) for row in ids]
@@ -297,13 +298,12 @@ def test_bad_weights_and_checkpoint_lists_are_refused(runs):
         load_models(PROBLEM, "", both, combination="max")
 
 
-def test_several_checkpoints_of_one_run_are_an_ensemble(runs, trained_a, inputs):
+def test_several_checkpoints_of_one_run_are_an_ensemble(runs, trained_a, reference, inputs):
     checkpoint = trained_a.checkpoint_path
     trained = load_models(PROBLEM, "", runs[0], f"{checkpoint},{checkpoint}")
     assert len(trained.members) == 2
-    config = config_for(trained_a)
-    ids, _ = search(trained_a.model, config, inputs)
-    np.testing.assert_array_equal(search(trained.model, config, inputs)[0], ids)
+    ids, _ = reference[0]["beam"]
+    np.testing.assert_array_equal(search(trained.model, config_for(trained), inputs)[0], ids)
 
 
 # Vocabularies: two data folders of one small translation problem, whose SentencePiece
