@@ -180,6 +180,24 @@ def define_folder(name: str, default: str | None, help_text: str) -> None:
     flags.DEFINE(_FolderParser(), name, default, help_text, serializer=flags.ArgumentSerializer())
 
 
+class _FoldersParser(_FolderParser):
+    """Comma-separated folders (an ensemble's runs), each resolved as `_FolderParser` does."""
+
+    syntactic_help = "a folder, or comma-separated folders"
+
+    def parse(self, argument):
+        if not argument or "," not in argument:
+            return super().parse(argument)
+        parts = [part.strip() for part in argument.split(",") if part.strip()]
+        return ",".join(super(_FoldersParser, self).parse(part) for part in parts)
+
+
+def define_folders(name: str, default: str | None, help_text: str) -> None:
+    """Defines the string flag `name`: one folder or several separated by commas, each
+    resolved to an absolute path; the value stays one string, the parts joined by ","."""
+    flags.DEFINE(_FoldersParser(), name, default, help_text, serializer=flags.ArgumentSerializer())
+
+
 def define_download_flags() -> None:
     """--download, --download_mirror and --download_checksums of the calling command."""
     flags.DEFINE_bool(

@@ -10,6 +10,12 @@ reads lines from stdin and answers each on stdout. Search settings default to th
 Scoring (forced decoding): `--decode_from_file=SOURCES --score_file=TARGETS [--decode_to_file=OUT]`
 writes, per line pair, log P(target + EOS | source), its per-token terms and the length-normalised
 score as JSON lines (docs/decoding.md).
+
+Ensembles: `--output_dir=RUN_A,RUN_B[,...]` (or one run and `--checkpoint_path=CKPT_1,CKPT_2`)
+decodes and scores with the models' combined next-token distributions: the weighted mean of
+their probabilities by default (`--ensemble_combination=mean_probability`, as fairseq), or the
+renormalised weighted mean of their log-probabilities (`mean_log_probability`, as Marian);
+`--ensemble_weights` weights the models (default equal). Every search method works, and n-best.
 """
 
 import sys
@@ -31,10 +37,24 @@ flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
 cli.define_folder(
     "data_dir", "~/t2t_data", "Folder holding one sub-folder per problem (the vocabulary)."
 )
-cli.define_folder("output_dir", None, "The training run: hparams.json and checkpoints.")
+cli.define_folders(
+    "output_dir", None, "The training run: hparams.json and checkpoints. Several runs separated "
+    "by commas (RUN_A,RUN_B) decode as an ensemble; they must share the problem's vocabulary."
+)  # fmt: skip
 flags.DEFINE_string(
     "checkpoint_path", None, "A checkpoint prefix or folder (e.g. OUTPUT_DIR/averaged or OUTPUT_DIR/best); "
-    "default: the newest checkpoint of --output_dir."
+    "default: the newest checkpoint of --output_dir. For an ensemble, comma-separated: one per run "
+    "of --output_dir, or several checkpoints of its one run."
+)  # fmt: skip
+flags.DEFINE_enum(
+    "ensemble_combination", "mean_probability", ["mean_probability", "mean_log_probability"],
+    "How an ensemble combines its models' next-token distributions: log of the weighted mean "
+    "of probabilities (fairseq), or the weighted mean of log-probabilities renormalised over "
+    "the vocabulary (Marian, which does not renormalise)."
+)  # fmt: skip
+flags.DEFINE_list(
+    "ensemble_weights", [], "One positive weight per model of the ensemble, in the order of "
+    "the runs (normalised to sum to 1); default: equal weights."
 )  # fmt: skip
 flags.DEFINE_string("decode_from_file", None, "Input text, one sentence per line.")
 flags.DEFINE_string(
@@ -91,7 +111,8 @@ def main(argv):
     cli.quiet_tensorflow(FLAGS["verbosity"].present)
     from t2t_lite import problems
     from t2t_lite.inference import decode, scoring
-    from t2t_lite.runs import load_trained_model
+    from t2t_lite.runs import load_models
+    from t2t_lite.runs.ensemble import describe
     from t2t_lite.search import SearchConfig
 
     def to_stderr(line):
@@ -114,25 +135,27 @@ def main(argv):
         if FLAGS.engine == "ctranslate2":
             decoder = _ctranslate2_decoder(search, printer)
         else:
-            trained = load_trained_model(
+            trained = load_models(
                 FLAGS.problem,
                 FLAGS.data_dir,
                 FLAGS.output_dir,
                 FLAGS.checkpoint_path,
                 FLAGS.hparams_set,
                 FLAGS.hparams,
+                FLAGS.ensemble_combination,
+                _weights(),
             )
             config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
             decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
         trained, config = decoder.trained, decoder.config
         if FLAGS.score_file:
-            printer(f"scoring with {trained.checkpoint_path}: alpha {config.alpha:g}")
+            printer(f"scoring with {describe(trained)}: alpha {config.alpha:g}")
             output = FLAGS.decode_to_file or scoring.default_scores_path(
-                FLAGS.output_dir, FLAGS.decode_from_file
+                FLAGS.output_dir, FLAGS.decode_from_file, trained.checkpoint_path
             )
             scoring.score_file(decoder, FLAGS.decode_from_file, FLAGS.score_file, output)
             return
-        printer(f"decoding with {trained.checkpoint_path}: {config}")
+        printer(f"decoding with {describe(trained)}: {config}")
         if FLAGS.decode_interactive:
             decode.interactive(
                 decoder, return_beams=FLAGS.return_beams, output_format=FLAGS.output_format
@@ -168,7 +191,24 @@ def _check_scoring_flags():
         )
 
 
+def _weights() -> list:
+    try:
+        return [float(weight) for weight in FLAGS.ensemble_weights]
+    except ValueError:
+        raise app.UsageError(
+            f"--ensemble_weights must be numbers separated by commas, got "
+            f"{','.join(FLAGS.ensemble_weights)}"
+        ) from None
+
+
 def _ctranslate2_decoder(search: dict, printer):
+    from t2t_lite.runs import is_ensemble
+
+    if is_ensemble(FLAGS.output_dir, FLAGS.checkpoint_path):
+        raise ValueError(
+            "--engine=ctranslate2 decodes one exported model, not an ensemble; decode an "
+            "ensemble with --engine=tensorflow"
+        )
     if not FLAGS.ct2_model:
         raise ValueError("--engine=ctranslate2 needs --ct2_model=EXPORT_DIR/MODEL_NAME[/VERSION]")
     from t2t_lite.inference.ctranslate2_engine import ctranslate2_decoder

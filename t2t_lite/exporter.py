@@ -24,10 +24,24 @@ flags.DEFINE_string("hparams", "", 'Overrides, "key=value,key=value".')
 cli.define_folder(
     "data_dir", "~/t2t_data", "Folder holding one sub-folder per problem (datagen output)."
 )
-cli.define_folder("output_dir", "", "The training run (hparams.json and checkpoints).")
+cli.define_folders(
+    "output_dir", "", "The training run (hparams.json and checkpoints). Several runs separated "
+    "by commas (RUN_A,RUN_B) export as one ensemble SavedModel (not with --format=ctranslate2)."
+)  # fmt: skip
 flags.DEFINE_string(
-    "checkpoint_path", None, "A checkpoint prefix or folder; default: the run's newest."
-)
+    "checkpoint_path", None, "A checkpoint prefix or folder; default: the run's newest. For an "
+    "ensemble, comma-separated: one per run of --output_dir, or several of its one run."
+)  # fmt: skip
+flags.DEFINE_enum(
+    "ensemble_combination", "mean_probability", ["mean_probability", "mean_log_probability"],
+    "How an ensemble combines its models' next-token distributions: log of the weighted mean "
+    "of probabilities (fairseq), or the weighted mean of log-probabilities renormalised over "
+    "the vocabulary (Marian, which does not renormalise)."
+)  # fmt: skip
+flags.DEFINE_list(
+    "ensemble_weights", [], "One positive weight per model of the ensemble, in the order of "
+    "the runs (normalised to sum to 1); default: equal weights."
+)  # fmt: skip
 cli.define_folder("export_dir", None, "Folder of exported models.")
 flags.DEFINE_string("model_name", None, "Versions go to EXPORT_DIR/MODEL_NAME/VERSION.")
 flags.DEFINE_integer("beam_size", None, "Default beam; default: the problem's (paper: 4).")
@@ -96,6 +110,8 @@ def main(argv):
             max_input_length=FLAGS.max_input_length,
             decode_dtype=FLAGS.decode_dtype,
             xla=FLAGS.xla,
+            ensemble_combination=FLAGS.ensemble_combination,
+            ensemble_weights=_weights(),
             **common,
         )
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError
@@ -103,6 +119,16 @@ def main(argv):
     print(f"exported version {result.version}: {result.text_dir}")
     if result.ids_dir:
         print(f"ids-only SavedModel (core TensorFlow ops): {result.ids_dir}")
+
+
+def _weights() -> list:
+    try:
+        return [float(weight) for weight in FLAGS.ensemble_weights]
+    except ValueError:
+        raise app.UsageError(
+            f"--ensemble_weights must be numbers separated by commas, got "
+            f"{','.join(FLAGS.ensemble_weights)}"
+        ) from None
 
 
 def _export_ctranslate2(where: tuple, common: dict):

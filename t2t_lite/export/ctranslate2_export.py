@@ -26,11 +26,17 @@ import os
 import shutil
 
 from t2t_lite.export.exporter import ExportError, ExportResult, export_search, next_version
+from t2t_lite.runs import is_ensemble
 from t2t_lite.runs.restore import TrainedModel, load_trained_model
 from t2t_lite.runs.run_dir import HPARAMS_FILE
 from t2t_lite.search import SearchConfig
 from t2t_lite.search.ctranslate2_search import INSTALL_HINT, METADATA_FILE, SENTENCEPIECE_FILE
 
+# CTranslate2's Translator runs one model per folder.
+ENSEMBLE_REFUSED = (
+    "CTranslate2 cannot run an ensemble of models: export each run alone with "
+    "--format=ctranslate2, or the ensemble as one SavedModel with --format=savedmodel"
+)
 # Weight types CTranslate2 converts to (its `ACCEPTED_MODEL_TYPES`); None keeps float32.
 QUANTIZATIONS = (
     "int8",
@@ -98,6 +104,8 @@ def export_ctranslate2(
         ExportError: ctranslate2 missing, an unknown quantization, a model or problem
             CTranslate2 cannot express, or a bad model name.
     """
+    if trained.members:
+        raise ExportError(ENSEMBLE_REFUSED)
     ctranslate2 = import_ctranslate2()
     from t2t_lite.export import ctranslate2_spec  # Imports ctranslate2 at its top.
 
@@ -174,6 +182,8 @@ def export_ctranslate2_from_run(
     `search_overrides` (beam_size, alpha, extra_length, ...; None = the problem's) go to
     `SearchConfig.for_problem` and are recorded as the model's defaults.
     """
+    if is_ensemble(output_dir, checkpoint_path):
+        raise ExportError(ENSEMBLE_REFUSED)
     import_ctranslate2()  # Says how to install it before a model is restored.
     trained = load_trained_model(
         problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides

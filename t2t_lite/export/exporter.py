@@ -32,6 +32,10 @@ length (EOS included) + extra_length ids, however wide the batch is padded.
 The search is the one of `t2t_lite.search.Translator`: the model's `encode`,
 `init_cache` and cached `decode_step` under `t2t_lite.decoding.beam_search`, so a
 reloaded SavedModel gives exactly the in-process outputs.
+
+An ensemble (`t2t_lite.runs.load_models` of several runs) exports as one SavedModel with
+these same signatures, searching with the combined distribution of its models; its
+`attention` signature shows the first model's attention. The metadata lists the members.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from t2t_lite.export.inspection import inspector_for
 from t2t_lite.export.searcher import BeamSearcher
 from t2t_lite.export.text_codec import codec_for
 from t2t_lite.ids import EOS_ID
-from t2t_lite.runs.restore import TrainedModel, in_decode_dtype, load_trained_model
+from t2t_lite.runs import TrainedModel, in_decode_dtype, load_models
 from t2t_lite.search import SearchConfig
 
 IDS_SUFFIX = "_ids"
@@ -251,6 +255,15 @@ def export_model(
         "decode_dtype": decode_dtype,
         "xla": xla,
     }
+    if trained.members:
+        metadata["ensemble"] = {
+            "combination": trained.model.combination,
+            "weights": list(trained.model.weights),
+            "members": [
+                {"checkpoint": member.checkpoint_path, "hparams": dataclasses.asdict(member.hp)}
+                for member in trained.members
+            ],
+        }
     searcher = BeamSearcher(
         in_decode_dtype(trained, decode_dtype).model,
         search,
@@ -279,15 +292,26 @@ def export_from_run(
     ids_model_name: str | None = None,
     decode_dtype: str = "float32",
     xla: bool | None = None,
+    ensemble_combination: str = "mean_probability",
+    ensemble_weights=None,
     **search_overrides,
 ) -> ExportResult:
     """Restores the newest (or the given) checkpoint of a run and exports it: the CLI's call.
 
+    Several runs (or checkpoints), comma-separated, export as one ensemble
+    (`t2t_lite.runs.load_models`, with `ensemble_combination` and `ensemble_weights`).
     `search_overrides` (beam_size, alpha, extra_length, beam_sizes, max_input_length; None
     = the problem's default) go to `SearchConfig.for_problem`.
     """
-    trained = load_trained_model(
-        problem, data_dir, output_dir, checkpoint_path, hparams_set, overrides
+    trained = load_models(
+        problem,
+        data_dir,
+        output_dir,
+        checkpoint_path,
+        hparams_set,
+        overrides,
+        ensemble_combination,
+        ensemble_weights,
     )
     search = SearchConfig.for_problem(trained.problem, trained.hp, **search_overrides)
     return export_model(

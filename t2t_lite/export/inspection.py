@@ -201,9 +201,13 @@ def _labels(labels: list, ids) -> tf.Tensor:
 
 
 def inspector_for(trained, encoders: dict, searcher, source_codec, target_codec) -> Inspector:
-    """The Inspector of an export: `trained` (a TrainedModel) and its problem's encoders."""
+    """The Inspector of an export: `trained` (a TrainedModel) and its problem's encoders.
+
+    An ensemble's `attention` is its first model's: the models' maps need not even have
+    the same layers and heads.
+    """
     return Inspector(
-        trained.model,
+        trained.members[0].model if trained.members else trained.model,
         searcher,
         source_codec,
         target_codec,

@@ -394,7 +394,10 @@ def default_output_path(
 
     The checkpoint is in the name so that decoding the same input with another one (a
     later step, RUN/averaged, RUN/best) does not overwrite the previous decode and its BLEU.
+    An ensemble (`output_dir` and `checkpoint_path` comma-separated) writes under its first
+    run, named after every checkpoint (`checkpoint_label`).
     """
+    output_dir = output_dir.split(",")[0] if output_dir else output_dir
     method = f"beam{config.beam_size}" if config.method == "beam" else config.method
     name = os.path.basename(input_path) or "input"
     suffix = ".jsonl" if output_format == "jsonl" else ""
@@ -411,9 +414,13 @@ def checkpoint_label(checkpoint_path: str, output_dir: str) -> str:
 
     RUN/ckpt-8 gives "ckpt-8", RUN/averaged/ckpt-8 "averaged-ckpt-8"; a checkpoint outside
     the run (or a CTranslate2 export folder) its last two path parts, "other_run-ckpt-3".
+    An ensemble's checkpoints ("A/ckpt-8,B/ckpt-9") give "ensemble-A-ckpt-8+B-ckpt-9".
     """
     if not checkpoint_path:
         return ""
+    if "," in checkpoint_path:
+        labels = [checkpoint_label(path, None) for path in checkpoint_path.split(",")]
+        return "ensemble-" + "+".join(labels)
     path = os.path.abspath(checkpoint_path)
     run = os.path.abspath(output_dir) if output_dir else None
     if run and path.startswith(run + os.sep):

@@ -323,7 +323,10 @@ def score_file(decoder: Decoder, input_path: str, target_path: str, output_path:
     return summary
 
 
-def default_scores_path(output_dir: str, input_path: str) -> str:
-    """OUTPUT_DIR/decode/<input name>.scores.jsonl."""
+def default_scores_path(output_dir: str, input_path: str, checkpoint_path: str = "") -> str:
+    """OUTPUT_DIR/decode/<input name>.scores.jsonl; for an ensemble (comma-separated runs
+    or checkpoints), <input name>.ensemble.scores.jsonl under its first run."""
     name = os.path.basename(input_path) or "input"
-    return os.path.join(output_dir or ".", "decode", f"{name}.scores.jsonl")
+    runs = (output_dir or ".").split(",")
+    kind = ".ensemble" if len(runs) > 1 or "," in (checkpoint_path or "") else ""
+    return os.path.join(runs[0], "decode", f"{name}{kind}.scores.jsonl")

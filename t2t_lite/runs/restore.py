@@ -29,10 +29,21 @@ class RestoreError(ValueError):
 
 @dataclasses.dataclass
 class TrainedModel:
+    """A restored model and what it was trained as.
+
+    Attributes:
+        model: the Transformer, or an `Ensemble` of several (`runs.ensemble.load_models`).
+        hp: its hparams (an ensemble's: the first member's, with the smallest max_position).
+        problem: the problem.
+        checkpoint_path: the checkpoint restored (an ensemble's: every member's, joined by ",").
+        members: an ensemble's TrainedModel per member; () for a single model.
+    """
+
     model: keras.Model
     hp: hparams_lib.HParams
     problem: problems_lib.Problem
     checkpoint_path: str
+    members: tuple = ()
 
 
 def resolve_hparams(output_dir: str, hparams_set: str | None, overrides: str = ""):
@@ -157,6 +168,10 @@ def in_decode_dtype(trained: TrainedModel, dtype: str) -> TrainedModel:
         raise RestoreError(f"decode dtype must be one of {list(DECODE_DTYPES)}, got {dtype!r}")
     if dtype == "float32":
         return trained
+    if trained.members:
+        members = tuple(in_decode_dtype(member, dtype) for member in trained.members)
+        model = trained.model.with_models([member.model for member in members])
+        return dataclasses.replace(trained, model=model, members=members)
     source = trained.model
     copy = build_transformer(
         dataclasses.replace(trained.hp, dtype_policy=dtype),
