@@ -68,6 +68,7 @@ _LONGEST_FIRST = (
     "test_trainer.py",
     "test_recipes.py",
     "test_export.py",
+    "test_ensemble.py",
     "test_decoder.py",
     "test_parsing_decode.py",
     "test_readme_main_job.py",
