@@ -160,6 +160,24 @@ def test_ctranslate2_prefix_equals_the_tensorflow_prefix(run, tmp_path):
         assert sum(same) >= least, f"beam {beam}: {sum(same)} of 40 equal"
         for r in range(40):
             np.testing.assert_array_equal(theirs[0][r, 0, 1 : 1 + len(prefixes[r])], prefixes[r])
+    # The server's CTranslate2 service: prefixes as the decoder's, constraints refused.
+    from t2t_lite.serving.ctranslate2_service import CTranslate2Service, RefusedInput
+
+    service = CTranslate2Service(model_dir)
+    texts = ["1 2 3", "4 5 6 7"]
+    answer = service.run(
+        "translate_constrained",
+        {"sentences": np.array(texts, object), "constraints": np.array([[""], [""]], object),
+         "prefix": np.array(["9", ""], object)},
+    )  # fmt: skip
+    assert answer["translations"][0].decode().split()[0] == "9"
+    assert answer["constraints_met"].tolist() == [True, True]
+    with pytest.raises(RefusedInput, match="CTranslate2 cannot decode with required phrases"):
+        service.run(
+            "translate_constrained",
+            {"sentences": np.array(texts, object), "constraints": np.array([["5"], [""]], object),
+             "prefix": np.array(["", ""], object)},
+        )  # fmt: skip
     refused = guidance_batch([[[5]]] + [[] for _ in inputs[1:]], prefixes)
     with pytest.raises(ValueError, match="CTranslate2 cannot decode with required phrases"):
         ctranslate2_search.CTranslate2Translator(model_dir, config).search_guided(

@@ -106,7 +106,7 @@ def parse_predict(body: bytes, signatures: dict) -> PredictRequest:
             raise RequestError(
                 400,
                 "this model does not take 'constraints' or 'prefix' (no translate_constrained "
-                "signature; CTranslate2 exports and parsing models have none); drop them",
+                "signature, as parsing models); drop them",
             )
         name = GUIDED_SIGNATURE
         request = dict(request, instances=_guided_instances(request["instances"]))
