@@ -66,6 +66,14 @@ flags.DEFINE_string(
     "<decode_to_file>.<metric>.json."
 )  # fmt: skip
 flags.DEFINE_bool("decode_interactive", False, "Decode lines typed on stdin.")
+flags.DEFINE_string(
+    "constraints_file", None, "One JSON list of phrases per --decode_from_file line "
+    '(e.g. ["Hund", "roten Ball"], [] for none) that its output must contain (beam search).'
+)  # fmt: skip
+flags.DEFINE_string(
+    "prefix_file", None, "One line of target text per --decode_from_file line (empty for "
+    "none) that its output must start with."
+)  # fmt: skip
 flags.DEFINE_enum("method", "beam", ["beam", "greedy", "sample"], "Search method.")
 flags.DEFINE_integer("beam_size", None, "Beam size; default: the problem's (paper: 4).")
 flags.DEFINE_float("alpha", None, "Length penalty exponent; default: the problem's (paper: 0.6).")
@@ -108,6 +116,8 @@ def main(argv):
         raise app.UsageError("pass exactly one of --decode_from_file and --decode_interactive")
     if FLAGS.score_file:
         _check_scoring_flags()
+    if (FLAGS.constraints_file or FLAGS.prefix_file) and not FLAGS.decode_from_file:
+        raise app.UsageError("--constraints_file and --prefix_file go with --decode_from_file")
     cli.quiet_tensorflow(FLAGS["verbosity"].present)
     from t2t_lite import problems
     from t2t_lite.inference import decode, scoring
@@ -172,6 +182,8 @@ def main(argv):
             FLAGS.reference_file,
             FLAGS.return_beams,
             FLAGS.output_format,
+            FLAGS.constraints_file,
+            FLAGS.prefix_file,
         )
     except (ValueError, OSError) as error:
         sys.exit(f"t2t_lite.decoder: {error}")
@@ -181,7 +193,7 @@ def _check_scoring_flags():
     """Refuses flags that have no meaning when scoring, before anything loads."""
     if FLAGS.decode_interactive:
         raise app.UsageError("--score_file scores --decode_from_file; drop --decode_interactive")
-    for name in ("reference_file", "return_beams"):
+    for name in ("reference_file", "return_beams", "constraints_file", "prefix_file"):
         if FLAGS[name].value:
             raise app.UsageError(f"--{name} is for decoding; drop it with --score_file")
     if FLAGS.engine != "tensorflow":

@@ -272,8 +272,8 @@ def test_a_served_ctranslate2_version_answers_like_the_engine(reverse_export, tm
         assert status == 200
         signatures = metadata["metadata"]["signature_def"]["signature_def"]
         assert sorted(signatures) == [
-            "serving_default", "translate_ids", "translate_ids_with_options",
-            "translate_with_options",
+            "serving_default", "translate_constrained", "translate_ids",
+            "translate_ids_with_options", "translate_with_options",
         ]  # fmt: skip
         assert signatures["serving_default"]["inputs"]["sentences"]["dtype"] == "DT_STRING"
 

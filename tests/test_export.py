@@ -182,7 +182,7 @@ def test_versions_are_written_in_tf_serving_layout(exported):
     assert metadata["problem"] == PROBLEM and metadata["version"] == 1
     assert metadata["search"]["beam_size"] == BEAM and metadata["search"]["beam_sizes"] == [1, 2]
     assert metadata["signatures"] == [
-        "attention", "model_info", "serving_default", "translate_ids",
+        "attention", "model_info", "serving_default", "translate_constrained", "translate_ids",
         "translate_ids_with_options", "translate_nbest", "translate_with_options",
     ]  # fmt: skip
     ids_metadata = json.load(open(os.path.join(exported.ids_dir, METADATA_FILE)))

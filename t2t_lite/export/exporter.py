@@ -20,6 +20,14 @@ Signatures (B sentences, S source ids, K beams, L = S + extra_length generated i
                              input_ids int32 [B, S], beam_size int32 [], alpha float32 []
                              -> output_ids int32 [B, K, L], scores float32 [B, K]
 
+    translate_constrained    sentences string [B], constraints string [B, P] (each row's
+                             required phrases, "" = none), prefix string [B] ("" = none)
+                             -> translations string [B], scores float32 [B],
+                                constraints_met bool [B]
+                             (beam search with the default beam and alpha; see
+                             `t2t_lite.decoding.lexical`; not for problems whose search
+                             has a constraint of its own, such as parsing)
+
 The text SavedModel also has the `translate_nbest`, `attention` and `model_info`
 signatures of `inspection.py`. The ids-only SavedModel has the two ids signatures, `translate_ids` also under the name
 `serving_default`. Translations are the best beam; scores are log P(Y | X) divided by the
@@ -130,6 +138,53 @@ class TranslationModule(tf.Module):
         output_ids, scores = self.searcher.search(input_ids, beam_size, alpha)
         return {"output_ids": output_ids, "scores": scores}
 
+    def translate_constrained(self, sentences, constraints, prefix) -> dict:
+        """Translations that contain required phrases and start with a prefix.
+
+        Args:
+            sentences: string [B].
+            constraints: string [B, P], each row's phrases, padded with "" (no phrase).
+            prefix: string [B], the text each translation starts with ("" for none).
+
+        Returns:
+            {"translations": string [B], "scores": float32 [B], "constraints_met": bool
+            [B]: the translation contains every phrase (False when they cannot fit in
+            the sentence's maximum length, and it was searched without them)}.
+        """
+        config = self.searcher.search_config
+        ids = self.source_codec.tokenize(sentences)  # [B, (S)] with EOS
+        input_ids = tf.cast(ids.to_tensor(default_value=0), tf.int32)  # [B, S]
+        batch, num = tf.shape(constraints)[0], tf.shape(constraints)[1]
+        phrases = self._target_pieces(tf.reshape(constraints, [-1]))  # [B * P, (W)]
+        dense = phrases.to_tensor()  # [B * P, W]
+        phrase_ids = tf.reshape(dense, [batch, num, tf.shape(dense)[1]])  # [B, P, W]
+        phrase_lengths = tf.reshape(tf.cast(phrases.row_lengths(), tf.int32), [batch, num])
+        prefixes = self._target_pieces(prefix)  # [B, (T)]
+        guidance = (
+            phrase_ids,
+            phrase_lengths,
+            prefixes.to_tensor(),
+            tf.cast(prefixes.row_lengths(), tf.int32),
+        )
+        output_ids, scores, met = self.searcher.search_guided(
+            input_ids,
+            tf.constant(config.beam_size, tf.int32),
+            tf.constant(config.alpha, tf.float32),
+            guidance,
+        )
+        translations = self.target_codec.detokenize(output_ids[:, 0, :])
+        blank = tf.equal(tf.strings.length(tf.strings.strip(sentences)), 0)  # [B]
+        return {
+            "translations": tf.where(blank, "", translations),
+            "scores": tf.where(blank, 0.0, scores[:, 0]),
+            "constraints_met": tf.logical_or(blank, met[:, 0]),
+        }
+
+    def _target_pieces(self, texts) -> tf.RaggedTensor:
+        """int32 [N, (W)] target ids of each text, without EOS ("" gives no ids)."""
+        ids = self.target_codec.tokenize(tf.strings.strip(texts))  # [N, (W + 1)], EOS last
+        return tf.cast(ids[:, :-1], tf.int32)
+
     def warmup_request(self) -> dict:
         """A predict body for `serving_default`: an empty sentence, or just EOS as ids."""
         if self._has_text:
@@ -167,6 +222,15 @@ class TranslationModule(tf.Module):
             )
         else:
             functions["serving_default"] = functions["translate_ids"]
+        if self._has_text and self.searcher.supports_guidance:
+            functions["translate_constrained"] = tf.function(
+                self.translate_constrained,
+                input_signature=[
+                    sentences,
+                    tf.TensorSpec([None, None], tf.string, name="constraints"),
+                    tf.TensorSpec([None], tf.string, name="prefix"),
+                ],
+            )
         if self._has_text and self._inspector is not None:
             functions.update(self._inspector.signatures())
         return {name: fn.get_concrete_function() for name, fn in functions.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from t2t_lite.ids import EOS_ID
-from t2t_lite.search import SearchConfig, SearchFunction
+from t2t_lite.search import SearchConfig, SearchFunction, row_limits
 from t2t_lite.search.compiled import SEARCH_SIGNATURE
 from t2t_lite.search.config import ALPHA_RANGE
 
@@ -69,6 +69,42 @@ class BeamSearcher(tf.Module):
         self.search_config = search_config
         self._source_vocab_size = model.vocab_size
         self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
+
+    @property
+    def supports_guidance(self) -> bool:
+        """Whether `search_guided` works: beam search without a problem's own constraint."""
+        return self._constraint.value is None and self.search_config.method == "beam"
+
+    def search_guided(self, input_ids, beam_size, alpha, guidance):
+        """`search` with required phrases and prefixes: (ids [B, K, L], scores [B, K], met [B, K]).
+
+        `guidance` is (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T],
+        prefix_lengths [B]) target ids. Besides `search`'s checks, a prefix must leave room
+        for EOS within its row's maximum length (InvalidArgumentError otherwise).
+        """
+        phrases, phrase_lengths, prefix, prefix_lengths = guidance
+        limits = row_limits(input_ids, self.search_config.extra_length)  # [B]
+        checked = tf.no_op()
+        for ok, message in self._checks(input_ids, alpha, self._offered(beam_size)) + [
+            (
+                tf.reduce_all(prefix_lengths < limits),
+                "a prefix is as long as its sentence's maximum output (input length + "
+                f"{self.search_config.extra_length}); shorten the prefix",
+            )
+        ]:
+            with tf.control_dependencies([checked]):
+                checked = tf.debugging.Assert(ok, [message])
+        with tf.control_dependencies([checked]):
+            input_ids = tf.identity(input_ids)
+        ids, scores, met = self._function.value.search_guided(
+            input_ids, beam_size, alpha, phrases, phrase_lengths, prefix, prefix_lengths
+        )
+        empty = tf.reduce_sum(tf.cast(input_ids != 0, tf.int32), axis=1) == 1  # [B]
+        ids = tf.where(empty[:, tf.newaxis, tf.newaxis], 0, ids[:, :, 1:])  # [B, K, L]
+        return ids, tf.where(empty[:, tf.newaxis], 0.0, scores), met
+
+    def _offered(self, beam_size):
+        return tf.equal(tf.constant(self.search_config.beam_sizes, tf.int32), beam_size)
 
     def _search(self, input_ids, beam_size, alpha):
         """ids [B, S] int32 -> (ids [B, K, L] int32 without the start column, scores [B, K]).

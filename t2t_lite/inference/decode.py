@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from t2t_lite.ids import EOS_ID
+from t2t_lite.inference.guidance import encode_lines_guidance, read_guidance
 from t2t_lite.inference.outputs import (
     check_format,
     formatted,
@@ -45,7 +46,14 @@ from t2t_lite.inference.text_files import DecodeError, one_line, read_lines, wri
 from t2t_lite.metrics import write_scores_json
 from t2t_lite.runs.progress import format_duration
 from t2t_lite.runs.restore import TrainedModel
-from t2t_lite.search import SearchConfig, Translator, length_batches, pad_batch, strip_ids
+from t2t_lite.search import (
+    SearchConfig,
+    Translator,
+    guidance_batch,
+    length_batches,
+    pad_batch,
+    strip_ids,
+)
 
 # A line whose tokens are at least this share of byte-fallback pieces gets a warning.
 BYTE_FALLBACK_SHARE = 0.5
@@ -65,6 +73,9 @@ class DecodeResult:
         num_tokens: per line, the K hypotheses' lengths as their length penalty counts
             them (EOS included when they end with it); 0 for a slot no hypothesis filled,
             empty for empty lines.
+        constraints_met: with constraints, per line whether the best hypothesis contains
+            every required phrase (False only when they cannot fit in its maximum
+            length); None for empty lines. Empty without constraints.
     """
 
     beams: list
@@ -73,6 +84,7 @@ class DecodeResult:
     target_tokens: int
     seconds: float
     num_tokens: list = dataclasses.field(default_factory=list)
+    constraints_met: list = dataclasses.field(default_factory=list)
 
     @property
     def best(self) -> list:
@@ -209,22 +221,39 @@ class Decoder:
         source: str = "input",
         show_progress: bool = False,
         first_line: int = 1,
+        guidance: Sequence | None = None,
     ) -> DecodeResult:
-        """Decodes `lines`; see the module docstring for batching, order and bad input."""
+        """Decodes `lines`; see the module docstring for batching, order and bad input.
+
+        `guidance`: optional per line (phrases, prefix) as text (`read_guidance`): the
+        output must contain every phrase and start with the prefix (beam search only).
+        """
         encoded, warnings = self.encode(lines, source, first_line)
+        guided = encode_lines_guidance(
+            self.target_encoder, guidance, encoded, self.config.extra_length, source, first_line
+        )
         for warning in warnings:
             self.printer(f"warning: {warning}")
         width = self.config.width
         beams = [[""] * width for _ in lines]
         scores = [[] for _ in lines]
         lengths = [[] for _ in lines]
+        met = [None] * len(lines) if guided else []
         present = [index for index, ids in enumerate(encoded) if ids is not None]
         progress = Progress(len(present), self.printer, self.report_every)
         start, tokens = time.monotonic(), 0
         sizes = [len(encoded[index]) for index in present]
         for batch in length_batches(sizes, self.batch_size, self.config.extra_length):
             rows = [present[position] for position in batch]
-            ids, batch_scores = self.translator.search(pad_batch([encoded[r] for r in rows]))
+            inputs = pad_batch([encoded[r] for r in rows])
+            if guided:
+                ids, batch_scores, batch_met = self.translator.search_guided(
+                    inputs, guidance_batch(*zip(*[guided[r] for r in rows], strict=True))
+                )
+                for row, index in enumerate(rows):
+                    met[index] = bool(np.asarray(batch_met)[row, 0])
+            else:
+                ids, batch_scores = self.translator.search(inputs)
             ids, batch_scores = np.asarray(ids), np.asarray(batch_scores)  # [B, K, L], [B, K]
             batch_tokens = 0
             for row, index in enumerate(rows):
@@ -237,7 +266,15 @@ class Decoder:
             if show_progress:
                 progress.add(len(rows), batch_tokens)
         seconds = time.monotonic() - start
-        return DecodeResult(beams, scores, warnings, tokens, seconds, lengths)
+        for number, line_met in enumerate(met, start=first_line):
+            if line_met is False:
+                warning = (
+                    f"{source} line {number}: its constraints do not fit in the maximum output "
+                    f"length (input + {self.config.extra_length} tokens); decoded without them"
+                )
+                warnings.append(warning)
+                self.printer(f"warning: {warning}")
+        return DecodeResult(beams, scores, warnings, tokens, seconds, lengths, met)
 
 
 def _num_tokens(row) -> int:
@@ -270,8 +307,14 @@ def decode_file(
     reference_path: str | None = None,
     return_beams: bool = False,
     output_format: str = "text",
+    constraints_path: str | None = None,
+    prefix_path: str | None = None,
 ) -> dict:
     """Decodes `input_path` into `output_path` and, with references, scores it.
+
+    `constraints_path` and `prefix_path` (files aligned with the input, see
+    `t2t_lite.inference.guidance`) give each line phrases its output must contain and
+    text it must start with.
 
     `output_format` "text" writes `output_lines`, "jsonl" `output_records` (one JSON
     object per line). The scores go to `<output_path>.<metric>.json` with the search
@@ -298,8 +341,11 @@ def decode_file(
             decoder.problem.check_references(references, reference_path)
         except ValueError as error:
             raise DecodeError(str(error)) from None
+    guidance = None
+    if constraints_path or prefix_path:
+        guidance = read_guidance(constraints_path, prefix_path, len(lines))
     write_lines(output_path, [])  # Fails now, not after decoding, if it cannot be written.
-    result = decoder.translate(lines, source=input_path, show_progress=True)
+    result = decoder.translate(lines, source=input_path, show_progress=True, guidance=guidance)
     write_lines(
         output_path,
         formatted(decoder.problem, result, lines, return_beams, references, output_format),

@@ -54,7 +54,8 @@ def output_records(
 
     The best hypothesis, or with `return_beams` every one, best first; "text" is what
     `output_lines` writes for it, "score" the search's (beam: log P / ((5 + n) / 6)^alpha;
-    greedy and sampling: log P), "num_tokens" n, EOS included. A beam slot that no
+    greedy and sampling: log P), "num_tokens" n, EOS included. With constraints,
+    "constraints_met" says whether the best hypothesis contains all of them. A beam slot that no
     hypothesis filled is left out, and an empty input line has no hypotheses.
     """
     records = []
@@ -69,7 +70,11 @@ def output_records(
             )
             if length > 0
         ]
-        records.append({"line": index + 1, "source": text, "hypotheses": hypotheses})
+        record = {"line": index + 1, "source": text, "hypotheses": hypotheses}
+        if result.constraints_met and result.constraints_met[index] is not None:
+            # Whether the best hypothesis contains every required phrase.
+            record["constraints_met"] = result.constraints_met[index]
+        records.append(record)
     return records
 
 

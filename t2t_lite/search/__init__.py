@@ -7,7 +7,13 @@ sees the model only through those three methods and imports neither training nor
 inference, which both use it.
 """
 
-from t2t_lite.search.batches import length_batches, pad_batch, strip_ids, without_eos
+from t2t_lite.search.batches import (
+    guidance_batch,
+    length_batches,
+    pad_batch,
+    strip_ids,
+    without_eos,
+)
 from t2t_lite.search.compiled import SearchFunction
 from t2t_lite.search.config import METHODS, SearchConfig, SearchConfigError
 from t2t_lite.search.model_search import model_beam_search, row_limits
@@ -19,6 +25,7 @@ __all__ = [
     "SearchConfigError",
     "SearchFunction",
     "Translator",
+    "guidance_batch",
     "length_batches",
     "model_beam_search",
     "pad_batch",

@@ -64,3 +64,29 @@ def without_eos(ids) -> list:
     """Token ids of an EOS-terminated example, EOS removed."""
     ids = [int(token) for token in np.asarray(ids)]
     return ids[:-1] if ids and ids[-1] == EOS_ID else ids
+
+
+def guidance_batch(phrases: Sequence, prefixes: Sequence) -> tuple:
+    """Required phrases and prefixes of a batch's rows as 0-padded int32 arrays.
+
+    Args:
+        phrases: per row, a list of phrases, each a list of target ids (maybe empty).
+        prefixes: per row, the target ids its output must start with (maybe empty).
+
+    Returns:
+        (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T], prefix_lengths [B]),
+        the arguments of `lexically_constrained_beam_search`.
+    """
+    num = max([len(row) for row in phrases] + [0])
+    width = max([len(phrase) for row in phrases for phrase in row] + [0])
+    phrase_ids = np.zeros([len(phrases), num, width], np.int32)
+    phrase_lengths = np.zeros([len(phrases), num], np.int32)
+    for b, row in enumerate(phrases):
+        for p, phrase in enumerate(row):
+            phrase_ids[b, p, : len(phrase)] = phrase
+            phrase_lengths[b, p] = len(phrase)
+    prefix = np.zeros([len(prefixes), max([len(row) for row in prefixes] + [0])], np.int32)
+    for b, row in enumerate(prefixes):
+        prefix[b, : len(row)] = row
+    prefix_lengths = np.array([len(row) for row in prefixes], np.int32)
+    return phrase_ids, phrase_lengths, prefix, prefix_lengths

@@ -18,7 +18,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from t2t_lite.search.config import SearchConfig
-from t2t_lite.search.model_search import model_beam_search, model_greedy_search
+from t2t_lite.search.model_search import model_beam_search, model_greedy_search, model_guided_search
 
 # Source widths are padded up to a multiple of this under XLA (one compilation per step).
 WIDTH_STEP = 8
@@ -68,7 +68,52 @@ class SearchFunction:
             )
             for size in self.beam_sizes
         }
+        self._guided = None
         self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
+
+    @property
+    def search_guided(self):
+        """`tf.function`: (input_ids [B, S], beam_size [], alpha [], phrases [B, P, W],
+        phrase_lengths [B, P], prefix [B, T], prefix_lengths [B]) -> (ids [B, K, S + extra
+        + 1], scores [B, K], met [B, K]): beam search with required phrases and a forced
+        prefix (`model_guided_search`), traced on first use. It runs as a graph, not under
+        XLA (the number of constraint banks varies per batch).
+        """
+        if self._guided is None:
+            if self.config.method != "beam" or self.constraint is not None:
+                raise ValueError(
+                    "constraints and prefixes need --method=beam and a problem without a search "
+                    "constraint of its own (parsing has one)"
+                )
+            ids = tf.TensorSpec([None, None], tf.int32)
+            self._guided = tf.function(
+                self._search_guided,
+                input_signature=[
+                    *SEARCH_SIGNATURE,
+                    tf.TensorSpec([None, None, None], tf.int32, name="phrases"),
+                    ids,
+                    ids,
+                    tf.TensorSpec([None], tf.int32),
+                ],
+            )
+        return self._guided
+
+    def _search_guided(self, input_ids, beam_size, alpha, *guidance):
+        width = tf.shape(input_ids)[1]
+
+        def branch(size):
+            return lambda: model_guided_search(
+                self.model, input_ids, size, alpha, self.config.extra_length, guidance,
+                self.config.stop_early,
+            )  # fmt: skip
+
+        if len(self.beam_sizes) == 1:
+            ids, scores, met = branch(self.beam_sizes[0])()
+        else:
+            offered = tf.equal(tf.constant(self.beam_sizes, tf.int32), beam_size)
+            index = tf.argmax(tf.cast(offered, tf.int32), output_type=tf.int32)
+            ids, scores, met = tf.switch_case(index, [branch(k) for k in self.beam_sizes])
+        return ids[:, :, : width + self.config.extra_length + 1], scores, met
 
     def _search(self, input_ids, beam_size, alpha):
         """ids [B, S] -> (ids [B, K, S + extra + 1] with the start column, scores [B, K]).

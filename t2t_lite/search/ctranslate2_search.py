@@ -16,6 +16,9 @@ use it as they use the TensorFlow search. What each search setting becomes in CT
   p = alpha * n / (5 + n), with n the row's input length (EOS included) as the expected
   output length, gives both penalties the same slope in log length there
   (`length_penalty_for`); docs/export.md compares the two.
+- prefix (`search_guided`): CTranslate2's `target_prefix`, the prefix's tokens forced
+  first, as `t2t_lite.decoding.PrefixConstraint` does. Required phrases (lexically
+  constrained decoding) are refused: CTranslate2 has no such search.
 - sample: CTranslate2's own sampler (top k, temperature, its own seed): the draws differ
   from TensorFlow's.
 """
@@ -143,12 +146,33 @@ class CTranslate2Translator:
             options.update(sampling_topk=config.top_k, sampling_temperature=config.temperature)
         return options
 
-    def search(self, inputs, config: SearchConfig | None = None) -> tuple:
+    def search_guided(self, inputs, guidance, config: SearchConfig | None = None) -> tuple:
+        """`search` with forced prefixes: (ids [B, K, L], scores [B, K], met [B, K] bool).
+
+        `guidance` is (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T],
+        prefix_lengths [B]) as `t2t_lite.search.guidance_batch` makes it; phrases must be
+        empty (CTranslate2Error otherwise), so `met` is all True.
+        """
+        _, phrase_lengths, prefix, prefix_lengths = (np.asarray(part) for part in guidance)
+        if phrase_lengths.size and phrase_lengths.max() > 0:
+            raise CTranslate2Error(
+                "CTranslate2 cannot decode with required phrases (constraints); decode with "
+                "--engine=tensorflow, or a TensorFlow SavedModel, to use them"
+            )
+        prefixes = [
+            [self.target_tokens[token] for token in prefix[row, : prefix_lengths[row]]]
+            for row in range(len(prefix_lengths))
+        ]
+        ids, scores = self.search(inputs, config, prefixes)
+        return ids, scores, np.ones(scores.shape, bool)
+
+    def search(self, inputs, config: SearchConfig | None = None, prefixes=None) -> tuple:
         """ids [B, S] int (EOS-terminated, 0-padded) -> (ids [B, K, L] int32, scores [B, K]).
 
         L = S + extra_length + 1; column 0 is the start id 0, ids after EOS are 0; beam
         slots CTranslate2 left empty score -inf. `config` replaces the translator's
-        SearchConfig for this call (a served request's beam and alpha).
+        SearchConfig for this call (a served request's beam and alpha); `prefixes`, per
+        row the target tokens (strings) its outputs start with.
         """
         config = config or self.config
         inputs = np.asarray(inputs)
@@ -165,9 +189,10 @@ class CTranslate2Translator:
             sources.append([self.source_tokens[token] for token in tokens[:-1]])
             groups[len(tokens)].append(row)
         for length, rows in groups.items():
-            results = self.translator.translate_batch(
-                [sources[row] for row in rows], **self._options(length, config)
-            )
+            options = self._options(length, config)
+            if prefixes is not None:
+                options["target_prefix"] = [prefixes[row] or None for row in rows]
+            results = self.translator.translate_batch([sources[row] for row in rows], **options)
             for row, result in zip(rows, results):
                 for k, (tokens, score) in enumerate(zip(result.hypotheses, result.scores)):
                     hypothesis = [self._target_ids[token] for token in tokens]

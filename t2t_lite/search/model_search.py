@@ -17,6 +17,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search, greedy_search, sample
+from t2t_lite.decoding.lexical import lexically_constrained_beam_search
 
 
 def row_limits(inputs, extra_length: int):
@@ -76,6 +77,42 @@ def model_beam_search(
         padded_ids=True,
         max_lengths=limits,
         constraint=constraint(inputs, limits) if constraint is not None else None,
+    )
+
+
+def model_guided_search(
+    model, inputs, beam_size: int, alpha, extra_length: int, guidance, stop_early=True
+):
+    """Beam search whose outputs contain given phrases and start with a given prefix.
+
+    Args:
+        model, inputs, beam_size, alpha, extra_length, stop_early: as `model_beam_search`.
+        guidance: (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T],
+            prefix_lengths [B]) target ids, 0-padded (`lexically_constrained_beam_search`).
+
+    Returns:
+        (ids [B, K, S + extra + 1], scores [B, K], met [B, K] bool: the hypothesis contains
+        every phrase of its row).
+    """
+    phrases, phrase_lengths, prefix, prefix_lengths = guidance
+    step, start, states, decode_length, limits = search_inputs(
+        model, inputs, extra_length, beam_size
+    )
+    return lexically_constrained_beam_search(
+        step,
+        start,
+        beam_size,
+        decode_length,
+        model.target_vocab_size or model.vocab_size,
+        alpha,
+        phrases,
+        phrase_lengths,
+        states=states,
+        stop_early=stop_early,
+        padded_ids=True,
+        max_lengths=limits,
+        prefix=prefix,
+        prefix_lengths=prefix_lengths,
     )
 
 

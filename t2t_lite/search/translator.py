@@ -51,3 +51,16 @@ class Translator:
             tf.constant(self.config.beam_size, tf.int32),
             tf.constant(self.config.alpha, tf.float32),
         )
+
+    def search_guided(self, inputs, guidance):
+        """Beam search with required phrases and prefixes: (ids, scores, met [B, K]).
+
+        `guidance` is (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T],
+        prefix_lengths [B]) target ids (`t2t_lite.search.guidance_batch`).
+        """
+        return self.function.search_guided(
+            tf.convert_to_tensor(inputs, tf.int32),
+            tf.constant(self.config.beam_size, tf.int32),
+            tf.constant(self.config.alpha, tf.float32),
+            *[tf.convert_to_tensor(part, tf.int32) for part in guidance],
+        )

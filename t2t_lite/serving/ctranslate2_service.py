@@ -6,7 +6,10 @@ a SavedModel of the same model has, with the same inputs, outputs and refusals:
     serving_default, translate_with_options   sentences -> translations, scores
     translate_ids, translate_ids_with_options input_ids -> output_ids, scores
 
-(`serving_default` is `translate_ids` when the problem's vocabulary has no text form).
+(`serving_default` is `translate_ids` when the problem's vocabulary has no text form),
+and `translate_constrained` (sentences, constraints, prefix) for prefixes, passed as
+CTranslate2's `target_prefix`; a request with a constraint is refused in one line, since
+CTranslate2 has no lexically constrained search.
 Text is encoded and decoded by the problem's own Python encoder (the SentencePiece model
 exported beside the weights, or the algorithmic problems' symbols), as the decoder
 command does, and searched by `CTranslate2Translator`. The scores are CTranslate2's:
@@ -38,6 +41,8 @@ _SENTENCES = {"sentences": ("string", (None,))}
 _INPUT_IDS = {"input_ids": ("int32", (None, None))}
 _OPTIONS = {"beam_size": ("int32", ()), "alpha": ("float32", ())}
 _TEXT_OUTPUTS = {"scores": ("float32", (None,)), "translations": ("string", (None,))}
+_GUIDANCE = {"constraints": ("string", (None, None)), "prefix": ("string", (None,))}
+_GUIDED_OUTPUTS = {**_TEXT_OUTPUTS, "constraints_met": ("bool", (None,))}
 _IDS_OUTPUTS = {"output_ids": ("int32", (None, None, None)), "scores": ("float32", (None, None))}
 
 
@@ -80,6 +85,11 @@ class CTranslate2Service:
         if self._encoder is not None:
             self.signatures["serving_default"] = (_SENTENCES, _TEXT_OUTPUTS)
             self.signatures["translate_with_options"] = ({**_SENTENCES, **_OPTIONS}, _TEXT_OUTPUTS)
+            # Prefixes only: required phrases are refused (CTranslate2 has no such search).
+            self.signatures["translate_constrained"] = (
+                {**_SENTENCES, **_GUIDANCE},
+                _GUIDED_OUTPUTS,
+            )
         else:
             self.signatures["serving_default"] = self.signatures["translate_ids"]
 
@@ -104,6 +114,8 @@ class CTranslate2Service:
                 messages for ids.
         """
         config = self._search_config(inputs)
+        if signature_name == "translate_constrained":
+            return self._translate_guided(inputs, config)
         if "sentences" in self.signatures[signature_name][0]:
             return self._translate_text(inputs["sentences"], config)
         ids, scores = self._search(np.asarray(inputs["input_ids"]), config)
@@ -132,7 +144,18 @@ class CTranslate2Service:
             config = dataclasses.replace(config, alpha=alpha)
         return config
 
-    def _search(self, input_ids: np.ndarray, config: SearchConfig) -> tuple:
+    def _translate_guided(self, inputs: dict, config: SearchConfig) -> dict:
+        """translate_constrained with prefixes; any constraint is refused in one line."""
+        if any(_text(phrase).strip() for phrase in np.asarray(inputs["constraints"]).ravel()):
+            raise RefusedInput(
+                "CTranslate2 cannot decode with required phrases (constraints); send them "
+                "to a TensorFlow SavedModel of this model, or drop them"
+            )
+        prefixes = [_text(prefix).strip() for prefix in inputs["prefix"]]
+        outputs = self._translate_text(inputs["sentences"], config, prefixes)
+        return {**outputs, "constraints_met": np.ones([len(prefixes)], bool)}
+
+    def _search(self, input_ids: np.ndarray, config: SearchConfig, prefixes=None) -> tuple:
         """ids [B, S] -> (ids [B, K, L + 1] with the start column, scores [B, K])."""
         batch, width = input_ids.shape
         limit = self.config.max_input_length
@@ -156,12 +179,13 @@ class CTranslate2Service:
                     f"with {EOS_ID}, then pad with 0"
                 )
         try:
-            return self._translator.search(input_ids, config)
+            return self._translator.search(input_ids, config, prefixes)
         except CTranslate2Error as error:
             raise RefusedInput(str(error)) from None
 
-    def _translate_text(self, sentences: np.ndarray, config: SearchConfig) -> dict:
-        texts = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in sentences]
+    def _translate_text(self, sentences: np.ndarray, config: SearchConfig, prefixes=None) -> dict:
+        texts = [_text(s) for s in sentences]
+        pieces = []
         translations = [""] * len(texts)
         scores = np.zeros([len(texts)], np.float32)
         rows, encoded = [], []
@@ -170,14 +194,27 @@ class CTranslate2Service:
                 continue
             try:
                 encoded.append(list(self._encoder.encode(text)))
+                prefix = self._encoder.encode(prefixes[row]) if prefixes and prefixes[row] else []
             except ValueError as error:
                 raise RefusedInput(f"sentence {row}: {error}") from None
+            if len(prefix) >= len(encoded[-1]) + 1 + config.extra_length:
+                raise RefusedInput(
+                    "a prefix is as long as its sentence's maximum output (input length + "
+                    f"{config.extra_length}); shorten the prefix"
+                )
+            pieces.append([self._translator.target_tokens[token] for token in prefix])
             rows.append(row)
         if rows:
-            ids, beam_scores = self._search(pad_batch(encoded), config)
+            ids, beam_scores = self._search(
+                pad_batch(encoded), config, pieces if prefixes is not None else None
+            )
             for position, row in enumerate(rows):
                 translations[row] = self._encoder.decode(strip_ids(ids[position, 0]))
                 scores[row] = beam_scores[position, 0]
         # Strings as UTF-8 bytes, as a SavedModel's string tensors give them.
         translations = np.array([t.encode("utf-8") for t in translations], dtype=object)
         return {"translations": translations, "scores": scores}
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

@@ -26,6 +26,10 @@ import math
 import numpy as np
 
 DEFAULT_SIGNATURE = "serving_default"
+# Row-format instances with one of these fields go to this signature (exports of
+# t2t_lite.export.exporter): {"sentences": ..., "constraints": [phrase, ...], "prefix": ...}.
+GUIDED_SIGNATURE = "translate_constrained"
+GUIDED_FIELDS = ("constraints", "prefix")
 # Per-request search settings of t2t_lite's exports, bounded as the export's graph checks
 # them (t2t_lite.search.config.ALPHA_RANGE): {input name: (lowest, highest)}. Without a
 # bound, alpha 1e30 overflows float32 and every score comes back -0.0.
@@ -97,6 +101,15 @@ def parse_predict(body: bytes, signatures: dict) -> PredictRequest:
             "and optionally 'signature_name'",
         )
     name = request.get("signature_name", DEFAULT_SIGNATURE)
+    if name == DEFAULT_SIGNATURE and _asks_guidance(request.get("instances")):
+        if GUIDED_SIGNATURE not in signatures:
+            raise RequestError(
+                400,
+                "this model does not take 'constraints' or 'prefix' (no translate_constrained "
+                "signature, as parsing models); drop them",
+            )
+        name = GUIDED_SIGNATURE
+        request = dict(request, instances=_guided_instances(request["instances"]))
     if not isinstance(name, str) or name not in signatures:
         raise RequestError(
             400,
@@ -115,6 +128,50 @@ def parse_predict(body: bytes, signatures: dict) -> PredictRequest:
     if len(rows) > 1:
         raise RequestError(400, f"inputs have different numbers of rows: {sorted(rows)}")
     return PredictRequest(name, inputs, "instances" in request, next(iter(rows), 0))
+
+
+def _asks_guidance(instances) -> bool:
+    return isinstance(instances, list) and any(
+        isinstance(instance, dict) and any(field in instance for field in GUIDED_FIELDS)
+        for instance in instances
+    )
+
+
+def _guided_instances(instances: list) -> list:
+    """Instances with both guided fields: constraints padded with "" to one length, prefix "".
+
+    Raises:
+        RequestError: 400 naming the instance whose constraints or prefix are malformed.
+    """
+    filled = []
+    for index, instance in enumerate(instances):
+        if not isinstance(instance, dict):
+            raise RequestError(
+                400,
+                f'instances[{index}] must be an object {{"sentences": ..., "constraints": '
+                '[...], "prefix": ...}} when any instance has constraints or a prefix',
+            )
+        constraints = instance.get("constraints", [])
+        if not isinstance(constraints, list) or not all(
+            isinstance(phrase, str) and phrase.strip() for phrase in constraints
+        ):
+            raise RequestError(
+                400,
+                f"instances[{index}].constraints must be a list of non-blank strings (the "
+                'phrases the translation must contain), e.g. ["Hund"], or [] for none',
+            )
+        prefix = instance.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise RequestError(
+                400, f"instances[{index}].prefix must be a string (the translation's start)"
+            )
+        filled.append({**instance, "constraints": constraints, "prefix": prefix})
+    width = max(len(instance["constraints"]) for instance in filled)
+    for instance in filled:
+        instance["constraints"] = instance["constraints"] + [""] * (
+            width - len(instance["constraints"])
+        )
+    return filled
 
 
 def _from_rows(instances, specs: dict) -> dict:
