@@ -120,7 +120,7 @@ def main(argv):
         raise app.UsageError("--constraints_file and --prefix_file go with --decode_from_file")
     cli.quiet_tensorflow(FLAGS["verbosity"].present)
     from t2t_lite import problems
-    from t2t_lite.inference import decode, scoring
+    from t2t_lite.inference import decode, outputs, scoring
     from t2t_lite.runs import load_models
     from t2t_lite.runs.ensemble import describe
     from t2t_lite.search import SearchConfig
@@ -160,7 +160,7 @@ def main(argv):
         trained, config = decoder.trained, decoder.config
         if FLAGS.score_file:
             printer(f"scoring with {describe(trained)}: alpha {config.alpha:g}")
-            output = FLAGS.decode_to_file or scoring.default_scores_path(
+            output = FLAGS.decode_to_file or outputs.default_scores_path(
                 FLAGS.output_dir, FLAGS.decode_from_file, trained.checkpoint_path
             )
             scoring.score_file(decoder, FLAGS.decode_from_file, FLAGS.score_file, output)
@@ -172,7 +172,7 @@ def main(argv):
             )
             return
         checkpoint = FLAGS.ct2_model if FLAGS.engine == "ctranslate2" else trained.checkpoint_path
-        output = FLAGS.decode_to_file or decode.default_output_path(
+        output = FLAGS.decode_to_file or outputs.default_output_path(
             FLAGS.output_dir, FLAGS.decode_from_file, config, FLAGS.output_format, checkpoint
         )
         decode.decode_file(

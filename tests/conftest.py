@@ -165,7 +165,10 @@ QUICK = {
         "test_length_batches_sort_longest_first_and_cover_every_index_once",
         "test_output_lines_never_break_line_alignment",
     ),
-    "test_scoring.py": ("test_the_length_penalty_is_gnmts_by_hand",),
+    "test_scoring.py": (
+        "test_the_length_penalty_is_gnmts_by_hand",
+        "test_default_file_names_name_the_checkpoint_for_scores_as_for_decodes",
+    ),
     "test_export.py": (
         "test_symbol_codec_matches_the_python_encoder",
         "test_search_options_follow_the_problem_and_the_paper",

@@ -20,7 +20,7 @@ import tensorflow as tf
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite.inference import DecodeError, Decoder, Scorer, decode, decode_file, score_file
-from t2t_lite.inference.outputs import json_line
+from t2t_lite.inference.outputs import default_output_path, default_scores_path, json_line
 from t2t_lite.inference.scoring import PairScore, ScoreResult, length_penalty
 from t2t_lite.problems.vocab import SentencePieceEncoder, train_sentencepiece
 from t2t_lite.runs import load_trained_model
@@ -461,3 +461,25 @@ def test_the_length_penalty_is_gnmts_by_hand():
     assert length_penalty(4, 0.6) == pytest.approx(1.2754245, abs=1e-7)  # 1.5 ** 0.6
     assert length_penalty(7, 2.0) == pytest.approx(4.0)  # (12 / 6) ** 2
     assert length_penalty(30, 0.0) == 1.0
+
+
+def test_default_file_names_name_the_checkpoint_for_scores_as_for_decodes():
+    run, config = os.path.join(os.sep, "runs", "m30k"), SearchConfig(method="beam", beam_size=4)
+    averaged = os.path.join(run, "averaged", "ckpt-2352")
+    assert default_scores_path(run, "data/test.en", averaged) == os.path.join(
+        run, "decode", "test.en.averaged-ckpt-2352.scores.jsonl"
+    )
+    assert default_output_path(run, "data/test.en", config, "text", averaged) == os.path.join(
+        run, "decode", "test.en.averaged-ckpt-2352.beam4.decodes"
+    )
+    # Another checkpoint of the same run writes another file.
+    newest = os.path.join(run, "ckpt-2000")
+    assert default_scores_path(run, "data/test.en", newest).endswith(
+        "test.en.ckpt-2000.scores.jsonl"
+    )
+    # An ensemble writes under its first run, named after each checkpoint.
+    other = os.path.join(os.sep, "runs", "seed2")
+    path = default_scores_path(f"{run},{other}", "test.en", f"{newest},{other}/ckpt-9")
+    assert path == os.path.join(
+        run, "decode", "test.en.ensemble-m30k-ckpt-2000+seed2-ckpt-9.scores.jsonl"
+    )

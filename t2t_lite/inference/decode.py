@@ -26,7 +26,6 @@ script the vocabulary was not trained on) gets a warning.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +43,7 @@ from t2t_lite.inference.outputs import (
 )
 from t2t_lite.inference.text_files import DecodeError, one_line, read_lines, write_lines
 from t2t_lite.metrics import write_scores_json
-from t2t_lite.runs.progress import format_duration
+from t2t_lite.runs.progress import ItemProgress
 from t2t_lite.runs.restore import TrainedModel
 from t2t_lite.search import (
     SearchConfig,
@@ -90,42 +89,6 @@ class DecodeResult:
     def best(self) -> list:
         """The best hypothesis of every line."""
         return [beams[0] for beams in self.beams]
-
-
-class Progress:
-    """Prints items done (e.g. decoded sentences), items/s, target tokens/s and the ETA
-    every `every` s."""
-
-    def __init__(
-        self,
-        total: int,
-        printer: Callable,
-        every: float,
-        done_word: str = "decoded",
-        unit: str = "sentences",
-    ):
-        self.total, self.printer, self.every = total, printer, every
-        self.done_word, self.unit = done_word, unit
-        self.start = self.last = time.monotonic()
-        self.done = self.tokens = 0
-
-    def add(self, sentences: int, tokens: int) -> None:
-        self.done += sentences
-        self.tokens += tokens
-        now = time.monotonic()
-        if now - self.last >= self.every or self.done == self.total:
-            self.last = now
-            self.printer(self.line(now - self.start))
-
-    def line(self, elapsed: float) -> str:
-        elapsed = max(elapsed, 1e-9)
-        rate = self.done / elapsed
-        left = (self.total - self.done) / rate if rate > 0 else 0.0
-        return (
-            f"{self.done_word} {self.done:,}/{self.total:,} {self.unit} | "
-            f"{rate:.2f} {self.unit}/s | "
-            f"{self.tokens / elapsed:,.1f} tokens/s | ETA {format_duration(left)}"
-        )
 
 
 class Decoder:
@@ -240,7 +203,7 @@ class Decoder:
         lengths = [[] for _ in lines]
         met = [None] * len(lines) if guided else []
         present = [index for index, ids in enumerate(encoded) if ids is not None]
-        progress = Progress(len(present), self.printer, self.report_every)
+        progress = ItemProgress(len(present), self.printer, self.report_every)
         start, tokens = time.monotonic(), 0
         sizes = [len(encoded[index]) for index in present]
         for batch in length_batches(sizes, self.batch_size, self.config.extra_length):
@@ -427,50 +390,3 @@ def interactive(
                 )
             stdout.write("\n")
         stdout.flush()
-
-
-def default_output_path(
-    output_dir: str,
-    input_path: str,
-    config: SearchConfig,
-    output_format: str = "text",
-    checkpoint_path: str = "",
-) -> str:
-    """OUTPUT_DIR/decode/<input name>.<checkpoint>.<method>[<beam>].decodes[.jsonl].
-
-    The checkpoint is in the name so that decoding the same input with another one (a
-    later step, RUN/averaged, RUN/best) does not overwrite the previous decode and its BLEU.
-    An ensemble (`output_dir` and `checkpoint_path` comma-separated) writes under its first
-    run, named after every checkpoint (`checkpoint_label`).
-    """
-    output_dir = output_dir.split(",")[0] if output_dir else output_dir
-    method = f"beam{config.beam_size}" if config.method == "beam" else config.method
-    name = os.path.basename(input_path) or "input"
-    suffix = ".jsonl" if output_format == "jsonl" else ""
-    label = checkpoint_label(checkpoint_path, output_dir)
-    return os.path.join(
-        output_dir or ".",
-        "decode",
-        f"{name}.{label + '.' if label else ''}{method}.decodes{suffix}",
-    )
-
-
-def checkpoint_label(checkpoint_path: str, output_dir: str) -> str:
-    """A file-name part naming a checkpoint: its path under the run, "/" written "-".
-
-    RUN/ckpt-8 gives "ckpt-8", RUN/averaged/ckpt-8 "averaged-ckpt-8"; a checkpoint outside
-    the run (or a CTranslate2 export folder) its last two path parts, "other_run-ckpt-3".
-    An ensemble's checkpoints ("A/ckpt-8,B/ckpt-9") give "ensemble-A-ckpt-8+B-ckpt-9".
-    """
-    if not checkpoint_path:
-        return ""
-    if "," in checkpoint_path:
-        labels = [checkpoint_label(path, None) for path in checkpoint_path.split(",")]
-        return "ensemble-" + "+".join(labels)
-    path = os.path.abspath(checkpoint_path)
-    run = os.path.abspath(output_dir) if output_dir else None
-    if run and path.startswith(run + os.sep):
-        parts = os.path.relpath(path, run).split(os.sep)
-    else:
-        parts = path.split(os.sep)[-2:]
-    return "-".join(part for part in parts if part)

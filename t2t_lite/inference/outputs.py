@@ -9,6 +9,7 @@ problem's (`problem.outputs`).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 
 from t2t_lite.inference.text_files import DecodeError, one_line
@@ -102,3 +103,64 @@ def formatted(problem, result, inputs, return_beams, references, output_format) 
         records = output_records(problem, result, inputs, return_beams, references)
         return [json_line(record) for record in records]
     return output_lines(problem, result, inputs, return_beams, references)
+
+
+def default_output_path(
+    output_dir: str,
+    input_path: str,
+    config,
+    output_format: str = "text",
+    checkpoint_path: str = "",
+) -> str:
+    """OUTPUT_DIR/decode/<input name>.<checkpoint>.<method>[<beam>].decodes[.jsonl].
+
+    `config` is the search's SearchConfig (its method and beam size name the file).
+
+    The checkpoint is in the name so that decoding the same input with another one (a
+    later step, RUN/averaged, RUN/best) does not overwrite the previous decode and its BLEU.
+    An ensemble (`output_dir` and `checkpoint_path` comma-separated) writes under its first
+    run, named after every checkpoint (`checkpoint_label`).
+    """
+    output_dir = output_dir.split(",")[0] if output_dir else output_dir
+    method = f"beam{config.beam_size}" if config.method == "beam" else config.method
+    name = os.path.basename(input_path) or "input"
+    suffix = ".jsonl" if output_format == "jsonl" else ""
+    label = checkpoint_label(checkpoint_path, output_dir)
+    return os.path.join(
+        output_dir or ".",
+        "decode",
+        f"{name}.{label + '.' if label else ''}{method}.decodes{suffix}",
+    )
+
+
+def checkpoint_label(checkpoint_path: str, output_dir: str) -> str:
+    """A file-name part naming a checkpoint: its path under the run, "/" written "-".
+
+    RUN/ckpt-8 gives "ckpt-8", RUN/averaged/ckpt-8 "averaged-ckpt-8"; a checkpoint outside
+    the run (or a CTranslate2 export folder) its last two path parts, "other_run-ckpt-3".
+    An ensemble's checkpoints ("A/ckpt-8,B/ckpt-9") give "ensemble-A-ckpt-8+B-ckpt-9".
+    """
+    if not checkpoint_path:
+        return ""
+    if "," in checkpoint_path:
+        labels = [checkpoint_label(path, None) for path in checkpoint_path.split(",")]
+        return "ensemble-" + "+".join(labels)
+    path = os.path.abspath(checkpoint_path)
+    run = os.path.abspath(output_dir) if output_dir else None
+    if run and path.startswith(run + os.sep):
+        parts = os.path.relpath(path, run).split(os.sep)
+    else:
+        parts = path.split(os.sep)[-2:]
+    return "-".join(part for part in parts if part)
+
+
+def default_scores_path(output_dir: str, input_path: str, checkpoint_path: str = "") -> str:
+    """OUTPUT_DIR/decode/<input name>.<checkpoint>.scores.jsonl, named like the decodes
+    (`default_output_path`): scores of other checkpoints never overwrite each other. An
+    ensemble writes under its first run, named after every checkpoint."""
+    output_dir = output_dir.split(",")[0] if output_dir else output_dir
+    name = os.path.basename(input_path) or "input"
+    label = checkpoint_label(checkpoint_path, output_dir)
+    return os.path.join(
+        output_dir or ".", "decode", f"{name}.{label + '.' if label else ''}scores.jsonl"
+    )

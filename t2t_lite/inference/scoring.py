@@ -28,7 +28,6 @@ model's positions, stops the run naming the file and line.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Sequence
 
@@ -36,9 +35,10 @@ import numpy as np
 import tensorflow as tf
 
 from t2t_lite.ids import PAD_ID
-from t2t_lite.inference.decode import Decoder, Progress
+from t2t_lite.inference.decode import Decoder
 from t2t_lite.inference.outputs import json_line
 from t2t_lite.inference.text_files import DecodeError, read_lines, write_lines
+from t2t_lite.runs.progress import ItemProgress
 from t2t_lite.search import length_batches, pad_batch
 
 
@@ -198,7 +198,9 @@ class Scorer:
         decoder = self.decoder
         sources, targets = encoded.sources, encoded.targets
         present = [index for index, ids in enumerate(sources) if ids is not None]
-        progress = Progress(len(present), decoder.printer, decoder.report_every, "scored", "pairs")
+        progress = ItemProgress(
+            len(present), decoder.printer, decoder.report_every, "scored", "pairs"
+        )
         pairs = [None] * len(sources)
         start = time.monotonic()
         lengths = [max(len(sources[index]), len(targets[index])) for index in present]
@@ -321,12 +323,3 @@ def score_file(decoder: Decoder, input_path: str, target_path: str, output_path:
     )
     decoder.printer(f"wrote {len(records):,} lines to {output_path}")
     return summary
-
-
-def default_scores_path(output_dir: str, input_path: str, checkpoint_path: str = "") -> str:
-    """OUTPUT_DIR/decode/<input name>.scores.jsonl; for an ensemble (comma-separated runs
-    or checkpoints), <input name>.ensemble.scores.jsonl under its first run."""
-    name = os.path.basename(input_path) or "input"
-    runs = (output_dir or ".").split(",")
-    kind = ".ensemble" if len(runs) > 1 or "," in (checkpoint_path or "") else ""
-    return os.path.join(runs[0], "decode", f"{name}{kind}.scores.jsonl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 
 def format_duration(seconds: float) -> str:
@@ -55,3 +56,39 @@ class Progress:
         self.printer(" | ".join(parts))
         self._time, self._step, self._tokens = now, step, 0.0
         return rate
+
+
+class ItemProgress:
+    """Prints items done (e.g. decoded sentences), items/s, target tokens/s and the ETA
+    every `every` s."""
+
+    def __init__(
+        self,
+        total: int,
+        printer: Callable,
+        every: float,
+        done_word: str = "decoded",
+        unit: str = "sentences",
+    ):
+        self.total, self.printer, self.every = total, printer, every
+        self.done_word, self.unit = done_word, unit
+        self.start = self.last = time.monotonic()
+        self.done = self.tokens = 0
+
+    def add(self, sentences: int, tokens: int) -> None:
+        self.done += sentences
+        self.tokens += tokens
+        now = time.monotonic()
+        if now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            self.printer(self.line(now - self.start))
+
+    def line(self, elapsed: float) -> str:
+        elapsed = max(elapsed, 1e-9)
+        rate = self.done / elapsed
+        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        return (
+            f"{self.done_word} {self.done:,}/{self.total:,} {self.unit} | "
+            f"{rate:.2f} {self.unit}/s | "
+            f"{self.tokens / elapsed:,.1f} tokens/s | ETA {format_duration(left)}"
+        )
