@@ -26,7 +26,7 @@ from test_decoding_model import trained_reverse_run
 from t2t_lite import hparams, problems
 from t2t_lite.inference import DecodeError, Decoder, decode, decode_file, read_lines
 from t2t_lite.inference.outputs import output_lines
-from t2t_lite.runs import RestoreError, load_trained_model
+from t2t_lite.runs import RestoreError, in_decode_dtype, load_trained_model
 from t2t_lite.search import SearchConfig, length_batches
 from t2t_lite.training import averaging, bleu_eval, trainer
 
@@ -524,3 +524,30 @@ def test_decoding_with_another_checkpoint_writes_files_of_its_own(reverse_run, t
         assert len(path.read_text().splitlines()) == 2
         assert [name for name in written if name.startswith(path.name + ".")], written
     assert len(written) == 4, written
+
+
+def test_bfloat16_decoding_searches_with_the_bfloat16_copy(reverse_run, reverse_input):
+    path, lines = reverse_input
+    output = path.parent / "out_bfloat16.txt"
+    result = run_decoder(
+        "--problem=algorithmic_reverse", f"--output_dir={reverse_run}",
+        f"--decode_from_file={path}", f"--decode_to_file={output}", "--decode_dtype=bfloat16",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert " in bfloat16: " in result.stdout
+    trained = in_decode_dtype(
+        load_trained_model("algorithmic_reverse", "", str(reverse_run)), "bfloat16"
+    )
+    assert trained.model.compute_dtype == "bfloat16"
+    config = SearchConfig.for_problem(trained.problem, trained.hp)
+    expected = Decoder(trained, "", config, printer=lambda line: None).translate(lines).best
+    assert output.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    # CTranslate2 computes in its export's type: the flag is refused there, in one line.
+    refused = run_decoder(
+        "--problem=algorithmic_reverse", f"--output_dir={reverse_run}",
+        f"--decode_from_file={path}", "--engine=ctranslate2", "--ct2_model=unused",
+        "--decode_dtype=bfloat16",
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "--decode_dtype is for --engine=tensorflow" in refused.stderr
+    assert "Traceback" not in refused.stderr
