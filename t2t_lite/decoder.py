@@ -185,7 +185,12 @@ def main(argv):
             return
         checkpoint = FLAGS.ct2_model if FLAGS.engine == "ctranslate2" else trained.checkpoint_path
         output = FLAGS.decode_to_file or outputs.default_output_path(
-            FLAGS.output_dir, FLAGS.decode_from_file, config, FLAGS.output_format, checkpoint
+            FLAGS.output_dir,
+            FLAGS.decode_from_file,
+            config,
+            FLAGS.output_format,
+            checkpoint,
+            FLAGS.decode_dtype,
         )
         decode.decode_file(
             decoder,

@@ -472,6 +472,8 @@ def test_default_file_names_name_the_checkpoint_for_scores_as_for_decodes():
     assert default_output_path(run, "data/test.en", config, "text", averaged) == os.path.join(
         run, "decode", "test.en.averaged-ckpt-2352.beam4.decodes"
     )
+    bfloat16 = default_output_path(run, "data/test.en", config, "jsonl", averaged, "bfloat16")
+    assert bfloat16.endswith("test.en.averaged-ckpt-2352.beam4.bfloat16.decodes.jsonl")
     # Another checkpoint of the same run writes another file.
     newest = os.path.join(run, "ckpt-2000")
     assert default_scores_path(run, "data/test.en", newest).endswith(

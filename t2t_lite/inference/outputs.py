@@ -111,10 +111,12 @@ def default_output_path(
     config,
     output_format: str = "text",
     checkpoint_path: str = "",
+    dtype: str = "float32",
 ) -> str:
-    """OUTPUT_DIR/decode/<input name>.<checkpoint>.<method>[<beam>].decodes[.jsonl].
+    """OUTPUT_DIR/decode/<input name>.<checkpoint>.<method>[<beam>][.<dtype>].decodes[.jsonl].
 
-    `config` is the search's SearchConfig (its method and beam size name the file).
+    `config` is the search's SearchConfig (its method and beam size name the file); a
+    search in another dtype than float32 (`--decode_dtype`) is named too.
 
     The checkpoint is in the name so that decoding the same input with another one (a
     later step, RUN/averaged, RUN/best) does not overwrite the previous decode and its BLEU.
@@ -123,6 +125,8 @@ def default_output_path(
     """
     output_dir = output_dir.split(",")[0] if output_dir else output_dir
     method = f"beam{config.beam_size}" if config.method == "beam" else config.method
+    if dtype != "float32":
+        method += f".{dtype}"
     name = os.path.basename(input_path) or "input"
     suffix = ".jsonl" if output_format == "jsonl" else ""
     label = checkpoint_label(checkpoint_path, output_dir)
