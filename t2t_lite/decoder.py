@@ -78,6 +78,11 @@ flags.DEFINE_string(
     "ct2_model", None, "--engine=ctranslate2: EXPORT_DIR/MODEL_NAME (its newest version) or "
     "EXPORT_DIR/MODEL_NAME/VERSION, written by `t2t_lite.exporter --format=ctranslate2`."
 )  # fmt: skip
+flags.DEFINE_bool(
+    "ptb_output", False, "Parsing: write trees in Penn Treebank form, inside the label-less "
+    "outer bracket `( (S ...) )`, and score them against --reference_file's trees as they are, "
+    "as the EVALB program does with PTB gold files."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "output_dir"])
 
 
@@ -125,6 +130,8 @@ def main(argv):
             config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
             decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
         trained, config = decoder.trained, decoder.config
+        if FLAGS.ptb_output:
+            decode.use_ptb_form(decoder.problem)
         if FLAGS.score_file:
             printer(f"scoring with {trained.checkpoint_path}: alpha {config.alpha:g}")
             output = FLAGS.decode_to_file or scoring.default_scores_path(
