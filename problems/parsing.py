@@ -22,6 +22,11 @@ repairs any text (an unconstrained search's output, say) into such a tree.
 
 Decoding defaults are the paper's: beam 21, alpha 0.3, maximum length input + 300. The
 treebank files it reads and how they are split: `problems/treebank.py`.
+
+Penn Treebank form (`ptb_output = True`, the decoder's `--ptb_output`): every tree is written
+inside the label-less outer bracket, `( (S ...) )`, as PTB files have it, and `score` scores
+the reference trees as they are (outer bracket, empty elements, function tags and all) against
+the trees in that form, as the EVALB program run on the two files does.
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ class WsjParsing(TranslateProblem):
     alpha = 0.3
     extra_decode_length = 300
     eval_metric = "parse_f1"
+    # Trees in Penn Treebank form, inside the label-less outer bracket `( (S ...) )` of PTB
+    # files (the decoder's --ptb_output). EVALB counts that bracket like any other, so that a
+    # parse file in this form scores against PTB gold files as the gold trees do.
+    ptb_output = False
     output_format = "linearized_tree"  # the server's page draws each output as a tree
 
     def corpus(self, data_dir: str, raw_dir: str | None, source: str) -> TreebankCorpus:
@@ -134,11 +143,14 @@ class WsjParsing(TranslateProblem):
         ]
         if reference is not None:
             parsed = self.with_gold_tags(parsed, [reference] * len(parsed))
-        return parsed
+        return [_ptb_form(tree) for tree in parsed] if self.ptb_output else parsed
 
-    def reference_trees(self, split: str, data_dir: str, raw_dir: str | None = None) -> list:
-        """The gold trees of `split` (dev and test examples follow their order), one per line."""
-        return self.corpus(data_dir, raw_dir, "raw").gold_trees(split)
+    def reference_trees(
+        self, split: str, data_dir: str, raw_dir: str | None = None, raw: bool = False
+    ) -> list:
+        """The gold trees of `split` (dev and test examples follow their order), one per line:
+        preprocessed, or with `raw=True` as the treebank files write them."""
+        return self.corpus(data_dir, raw_dir, "raw").gold_trees(split, raw=raw)
 
     def read_references(self, path: str | os.PathLike) -> list:
         """The preprocessed trees of a gold file (`.mrg` or one per line), one line each."""
@@ -185,7 +197,8 @@ class WsjParsing(TranslateProblem):
     def score(self, hypotheses: Sequence[str], references: Sequence[str], params=None) -> dict:
         """EVALB scores of hypothesis trees against gold trees (COLLINS.prm by default).
 
-        Gold trees are preprocessed (raw PTB lines are fine). A hypothesis leaf tagged with the
+        Gold trees are preprocessed (raw PTB lines are fine), or with `ptb_output` scored as
+        they are against the hypotheses in PTB form (see the module docstring). A hypothesis leaf tagged with the
         placeholder `XX` takes the gold tag of its word when the hypothesis and gold words are
         the same: COLLINS.prm deletes punctuation by its tag, and this is the usual convention
         for tag-less parsers. Tagging accuracy then only measures tags the model predicted.
@@ -215,8 +228,13 @@ class WsjParsing(TranslateProblem):
         gold_lines, test_lines = [], []
         for number, (hypothesis, reference) in enumerate(zip(hypotheses, references), 1):
             gold = _gold_tree(reference, number) if reference.strip() else None
-            gold_lines.append(trees.to_string(gold) if gold else "")
-            test_lines.append(_with_gold_tags(hypothesis, gold, number))
+            tagged = _with_gold_tags(hypothesis, gold, number)
+            if self.ptb_output:  # both sides as the files have them, as EVALB reads them
+                gold_lines.append(reference if gold else "")
+                test_lines.append(_ptb_form(tagged))
+            else:
+                gold_lines.append(trees.to_string(gold) if gold else "")
+                test_lines.append(tagged)
         result = evalb.evalb_score(
             gold_lines, test_lines, params or evalb.COLLINS, sources=("reference", "hypothesis")
         )
@@ -262,6 +280,11 @@ def _preprocessed(text: str, source: str) -> trees.Tree:
         return trees.preprocess(tree)
     except ValueError as error:
         raise ValueError(f"{source}: {error}") from None
+
+
+def _ptb_form(tree: str) -> str:
+    """A one-line tree inside PTB's label-less outer bracket: `(S ...)` -> `( (S ...) )`."""
+    return f"( {tree} )" if tree.strip() else tree
 
 
 def _with_gold_tags(hypothesis: str, gold: trees.Tree | None, number: int) -> str:

@@ -179,17 +179,19 @@ class TreebankCorpus:
     def describe(self, split: str) -> str:
         return f"{self.raw_dir} ({self.split_name} split, {split}: {len(self._trees[split])} trees)"
 
-    def gold_trees(self, split: str) -> list:
+    def gold_trees(self, split: str, raw: bool = False) -> list:
         """The preprocessed trees of `split` in file order, one line each, as in its examples.
 
-        Trees left without words (skipped by datagen) are left out here too.
+        Trees left without words (skipped by datagen) are left out here too. `raw=True` gives
+        the same trees as the files hold them (outer bracket, empty elements, function tags).
         """
         found = []
         for _, _, tree in self._trees[split]:
             try:
-                found.append(trees.to_string(trees.preprocess(tree)))
+                preprocessed = trees.preprocess(tree)
             except ValueError:
                 continue
+            found.append(trees.to_string(tree if raw else preprocessed))
         return found
 
     def pairs(self, split: str):

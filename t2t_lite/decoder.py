@@ -111,6 +111,11 @@ flags.DEFINE_enum(
     "search computes in (the exporter's option of the same name); bfloat16 pays on CPUs with "
     "bfloat16 instructions (AVX512_BF16, AMX) and on GPUs."
 )  # fmt: skip
+flags.DEFINE_bool(
+    "ptb_output", False, "Parsing: write trees in Penn Treebank form, inside the label-less "
+    "outer bracket `( (S ...) )`, and score them against --reference_file's trees as they are, "
+    "as the EVALB program does with PTB gold files."
+)  # fmt: skip
 flags.mark_flags_as_required(["problem", "output_dir"])
 
 
@@ -169,6 +174,8 @@ def main(argv):
             config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
             decoder = decode.Decoder(trained, FLAGS.data_dir, config, FLAGS.batch_size, printer)
         trained, config = decoder.trained, decoder.config
+        if FLAGS.ptb_output:
+            decode.use_ptb_form(decoder.problem)
         if FLAGS.score_file:
             printer(f"scoring with {describe(trained)}: alpha {config.alpha:g}")
             output = FLAGS.decode_to_file or outputs.default_scores_path(

@@ -3,6 +3,8 @@
 import contextlib
 import fcntl
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.fail(f"the shared corpora are missing: expected them at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def reference_evalb(shared_data, tmp_path_factory) -> Path:
+    """The reference EVALB program, built with gcc into a temporary folder from its C source.
+
+    The source is not part of the shared data by default (see `evalb/SOURCE.txt` there for
+    where it comes from): put it at `evalb/evalb.c` beside the parameter files, or name it
+    in the environment variable EVALB_SOURCE. Without it (or gcc) the test is skipped.
+    """
+    source = Path(os.environ.get("EVALB_SOURCE") or shared_data / "evalb" / "evalb.c")
+    if not source.is_file():
+        pytest.skip(f"no EVALB C source at {source} (see evalb/SOURCE.txt; or set EVALB_SOURCE)")
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed: cannot build the reference EVALB program")
+    binary = tmp_path_factory.mktemp("evalb") / "evalb"
+    subprocess.run(["gcc", "-O2", "-o", str(binary), str(source)], check=True, timeout=120)
+    return binary
 
 
 @contextlib.contextmanager

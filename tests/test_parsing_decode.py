@@ -230,6 +230,54 @@ def test_without_flags_the_decoder_uses_the_papers_parsing_search(run, dev, work
     assert trees.words(tree) == dev["words"][0].split()
 
 
+@pytest.mark.slow
+def test_ptb_output_scored_by_reference_evalb_gives_the_printed_figures(
+    run, dev, decoded, work, shared_data, reference_evalb
+):
+    data_dir, output_dir = run
+    raw = problems.get(PROBLEM).reference_trees(
+        "dev", data_dir, str(shared_data / "wsj_sample"), raw=True
+    )
+    words = problems.get(PROBLEM).reference_inputs(raw)
+    gold = [line for line, text in zip(raw, words) if text in dev["words"]]
+    assert len(gold) == SENTENCES and all(line.startswith("( (") for line in gold)
+    gold_file, output = _write(work / "dev.gold.mrg", gold), work / "dev.ptb.parsed"
+    result = _decoder(
+        f"--data_dir={data_dir}", f"--output_dir={output_dir}", "--ptb_output",
+        f"--decode_from_file={dev['words_file']}", f"--decode_to_file={output}",
+        f"--reference_file={gold_file}", f"--beam_size={BEAM}", f"--extra_length={EXTRA}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = output.read_text(encoding="utf-8").splitlines()
+    # The same trees as without the flag, inside the outer bracket.
+    assert lines == [f"( {line} )" for line in decoded["lines"]]
+    report = _cli(
+        str(reference_evalb), "-p", str(shared_data / "evalb" / "COLLINS.prm"),
+        str(gold_file), str(output),
+    ).stdout  # fmt: skip
+    summary = _evalb_summary(report)
+    assert summary["Number of Valid sentence"] == str(SENTENCES)
+    scores = json.loads((work / "dev.ptb.parsed.parse_f1.json").read_text())
+    for field, key in (
+        ("Bracketing Recall", "recall"),
+        ("Bracketing Precision", "precision"),
+        ("Bracketing FMeasure", "f1"),
+        ("Complete match", "complete_match"),
+        ("Average crossing", "average_crossing"),
+        ("Tagging accuracy", "tagging_accuracy"),
+    ):
+        assert summary[field] == f"{scores[key]:.2f}", field
+    printed = (
+        f"EVALB bracketing F1 (COLLINS.prm): {summary['Bracketing FMeasure']} (precision "
+        f"{summary['Bracketing Precision']}, recall {summary['Bracketing Recall']}, "
+        f"{SENTENCES}/{SENTENCES} sentences scored)"
+    )
+    assert printed in result.stdout.splitlines()
+    # Every sentence's outer bracket matches: a complete match is possible, and counted.
+    matched = int(report.split("=" * 76)[2].split()[2])
+    assert matched >= SENTENCES
+
+
 @pytest.mark.parametrize("defect", ["short", "unbalanced"])
 def test_a_bad_reference_file_is_one_clear_line_before_decoding(run, dev, work, defect):
     data_dir, output_dir = run

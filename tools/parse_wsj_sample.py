@@ -1,7 +1,7 @@
 """Trains a parser on the shared WSJ sample and scores it against a right-branching baseline.
 
     python tools/parse_wsj_sample.py --minutes=30 [--train_steps=N] [--beam_size=21] \\
-        [--splits=dev,test] [--unconstrained] [--greedy] \\
+        [--splits=dev,test] [--unconstrained] [--greedy] [--ptb_output] \\
         [--shared_data=../shared/data] [--work_dir=/tmp/wsj_parsing_sample]
 
 1. datagen: `wsj_parsing` on `SHARED_DATA/wsj_sample` (train wsj_0001-0159, dev
@@ -19,6 +19,9 @@
    trees and of right-branching trees over the same sentences, one table per split. Gold,
    model and baseline trees are written to `WORK_DIR/SPLIT.{gold,model,right_branching}` so
    that `python -m t2t_lite.evalb -p COLLINS.prm GOLD TEST` can recompute every figure.
+   With `--ptb_output` the gold file holds the trees as the treebank files write them and
+   every tree written is in Penn Treebank form, `( (S ...) )`, so that the reference EVALB
+   program gives the same figures on the files (its scores count the outer bracket).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--decode_batch", type=int, default=4, help="sentences per search")
     parser.add_argument("--splits", default="dev,test", help="comma-separated: dev, test")
+    parser.add_argument(
+        "--ptb_output", action="store_true", help="raw PTB gold, trees in PTB form ( (S ...) )"
+    )
     parser.add_argument("--seed", type=int, default=1)
     return parser.parse_args()
 
@@ -155,9 +161,11 @@ def parse(model, problem, config, constraint, encoder, inputs, gold, args, name:
     """Decodes `inputs` with `config`; writes and returns the trees, with `gold`'s tags on."""
     began = time.monotonic()
     outputs = decode(model, config, encoder, inputs, args.decode_batch, constraint)
+    seconds = time.monotonic() - began
     well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
     print(
-        f"{name}: decoded {len(inputs)} sentences in {time.monotonic() - began:.0f}s; "
+        f"{name}: decoded {len(inputs)} sentences in {seconds:.0f}s "
+        f"({len(inputs) / seconds:.2f} sentences/s, {args.decode_batch} per search); "
         f"{well_formed} outputs were well-formed trees over the words, the rest were repaired"
     )
     write_lines(Path(args.work_dir) / f"{name}.linearized", outputs)
@@ -172,7 +180,7 @@ def parse(model, problem, config, constraint, encoder, inputs, gold, args, name:
 def evaluate_split(split, model, problem, config, data_dir, raw_dir, args, title) -> None:
     """Parses `split` every way asked for and prints the EVALB table of each against gold."""
     work = Path(args.work_dir)
-    gold = problem.reference_trees(split, data_dir, raw_dir)
+    gold = problem.reference_trees(split, data_dir, raw_dir, raw=args.ptb_output)
     inputs = problem.reference_inputs(gold)
     write_lines(work / f"{split}.gold", gold)
     encoder = problem.encoders(data_dir)["inputs"]
@@ -191,10 +199,12 @@ def evaluate_split(split, model, problem, config, data_dir, raw_dir, args, title
         rows["the same, greedy (unconstrained)"] = parse(
             model, problem, greedy, None, encoder, inputs, gold, args, f"{split}.greedy"
         )
-    tags = [trees.tags(trees.parse_tree(tree)) for tree in gold]
+    tags = [trees.tags(trees.preprocess(trees.parse_tree(tree))) for tree in gold]
     rows["right-branching baseline"] = [
         trees.to_string(trees.right_branching(text.split(), tag)) for text, tag in zip(inputs, tags)
     ]
+    if args.ptb_output:
+        rows["right-branching baseline"] = [f"( {t} )" for t in rows["right-branching baseline"]]
     write_lines(work / f"{split}.right_branching", rows["right-branching baseline"])
     print(
         f"\nWSJ sample {split} ({len(gold)} sentences), EVALB COLLINS.prm, gold POS tags\n"
@@ -210,6 +220,7 @@ def main() -> None:
     work = Path(args.work_dir)
     data_dir, output_dir = str(work / "data"), str(work / "run")
     problem = problems.get(PROBLEM)
+    problem.ptb_output = args.ptb_output
     raw_dir = str(Path(args.shared_data) / "wsj_sample")
     metadata = problem.generate_data(data_dir, raw_dir, vocab_size=args.vocab_size)
     counts = {split: info["examples"] for split, info in sorted(metadata["splits"].items())}

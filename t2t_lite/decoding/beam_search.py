@@ -158,7 +158,7 @@ def beam_search(
     check_step_mode(use_states, padded_ids, "beam_search")
     state = _initial_state(initial_ids, beam_size, decode_length, states, constraint)
     limits = _row_limits(max_lengths, decode_length, tf.shape(state.lengths)[0])
-    state = state._replace(done=_rows_done(state, limits, alpha, stop_early))
+    state = state._replace(done=_rows_done(state, limits, alpha, stop_early, constraint))
     search = _Search(
         symbols_to_logits_fn, beam_size, vocab_size, alpha, eos_id, use_states, padded_ids,
         constraint,
@@ -168,7 +168,9 @@ def beam_search(
         seq, log_probs, scores, finished, parent, new_states = _grow_candidates(state, search)
         alive = _select_alive(state, seq, log_probs, finished, parent, new_states, search)
         grown = _freeze_rows(state, _merge_finished(alive, seq, scores, finished, beam_size))
-        return (grown._replace(done=_rows_done(grown, limits, alpha, stop_early)),)
+        done = _rows_done(grown, limits, alpha, stop_early, constraint)
+        # A frozen row stays frozen (its constraint states, like its caches, move on).
+        return (grown._replace(done=tf.logical_or(state.done, done)),)
 
     def keep_going(state: _BeamState) -> tf.Tensor:
         return tf.logical_and(state.i < decode_length, tf.logical_not(tf.reduce_all(state.done)))
@@ -338,11 +340,25 @@ def _row_limits(max_lengths: Any, decode_length: Any, batch: tf.Tensor) -> tf.Te
     return tf.minimum(tf.cast(max_lengths, tf.int32), tf.cast(decode_length, tf.int32))
 
 
-def _rows_done(state: _BeamState, limits: tf.Tensor, alpha: float, stop_early: bool) -> tf.Tensor:
-    """[B] bool: rows at their maximum length, or whose finished set no alive one can beat."""
-    best_alive_bound = tf.reduce_max(state.alive_log_probs, axis=1) / length_penalty(
-        limits, alpha
-    )  # [B]
+def _rows_done(
+    state: _BeamState, limits: tf.Tensor, alpha: float, stop_early: bool, constraint: Any = None
+) -> tf.Tensor:
+    """[B] bool: rows at their maximum length, or whose finished set no alive one can beat.
+
+    An alive hypothesis scores at most its log-probability over the length penalty of the
+    longest it can grow: the row's limit, or less where the constraint bounds its length
+    (`max_final_lengths`, optional).
+    """
+    if getattr(constraint, "max_final_lengths", None) is None:
+        best_alive_bound = tf.reduce_max(state.alive_log_probs, axis=1) / length_penalty(
+            limits, alpha
+        )  # [B]
+    else:
+        longest = constraint.max_final_lengths(state.constraint_states, state.i)  # [N]
+        longest = tf.minimum(tf.reshape(longest, tf.shape(state.alive_log_probs)), limits[:, None])
+        best_alive_bound = tf.reduce_max(
+            state.alive_log_probs / length_penalty(longest, alpha), axis=1
+        )  # [B]
     finished_scores = tf.where(state.finished_flags, state.finished_scores, float("-inf"))
     if stop_early:
         threshold = tf.reduce_max(finished_scores, axis=1)  # [B]

@@ -47,6 +47,11 @@ class StepConstraint(Protocol):
     def update(self, state: Any, tokens: tf.Tensor) -> Any:
         """The state after each hypothesis took `tokens` [N] (an allowed token)."""
 
+    # Optional: `max_final_lengths(state, i) -> [N] int32`, the most tokens (EOS included)
+    # any admitted completion of each hypothesis, after its i tokens, can have. Beam search
+    # then bounds an alive hypothesis's score at that length, not the row's limit, and
+    # stops as soon as that bound shows its best is final (the same best, sooner).
+
 
 def hypothesis_rows(num_hypotheses: tf.Tensor | int, batch: tf.Tensor | int) -> tf.Tensor:
     """[N] int32: the batch row of each of N hypotheses over B rows, n // (N // B)."""
@@ -176,16 +181,28 @@ class BracketConstraint:
             [all_placed, depth == 0, tf.logical_or(state["started"], num_leaves == 0)], axis=0
         )
         top = tf.gather(state["labels"], tf.maximum(depth - 1, 0)[:, tf.newaxis], batch_dims=1)
-        tokens = tf.range(self.vocab_size)[tf.newaxis, :]  # [1, V]
-        return tf.reduce_any(
-            [
+        # Few passes over [N, V]: placing a leaf and ending exclude each other, so one
+        # one-hot holds the single token either allows (-1: none); a label of -2 closes nothing.
+        single = tf.where(may_place, next_leaf, tf.where(may_end, self.eos_id, -1))  # [N]
+        close_label = tf.where(may_close, top[:, 0], -2)  # [N]
+        return tf.logical_or(
+            tf.logical_or(
                 tf.logical_and(may_open[:, tf.newaxis], self.is_open[tf.newaxis, :]),
-                tf.logical_and(may_close[:, tf.newaxis], tf.equal(self.close_labels, top)),
-                tf.logical_and(may_place[:, tf.newaxis], tf.equal(tokens, next_leaf[:, None])),
-                tf.logical_and(may_end[:, tf.newaxis], tf.equal(tokens, self.eos_id)),
-            ],
-            axis=0,
+                tf.equal(self.close_labels[tf.newaxis, :], close_label[:, tf.newaxis]),
+            ),
+            tf.one_hot(single, self.vocab_size, on_value=True, off_value=False, dtype=tf.bool),
         )  # [N, V]
+
+    def max_final_lengths(self, state: dict, i: tf.Tensor) -> tf.Tensor:
+        """[N] int32: i plus the most tokens a completion can add (see `StepConstraint`).
+
+        Each leaf left may come after at most `max_open_run` opening brackets (a bracket
+        never follows an opening one before a leaf has come), every constituent open or
+        still to open needs its close, and EOS ends the tree.
+        """
+        rows = hypothesis_rows(tf.shape(state["placed"])[0], tf.shape(self.num_leaves)[0])
+        left = tf.gather(self.num_leaves, rows) - state["placed"]  # [N]
+        return i + left * (1 + 2 * self.max_open_run) + state["depth"] + 1
 
     def update(self, state: dict, tokens: tf.Tensor) -> dict:
         tokens = tf.cast(tokens, tf.int32)

@@ -390,3 +390,16 @@ def interactive(
                 )
             stdout.write("\n")
         stdout.flush()
+
+
+def use_ptb_form(problem) -> None:
+    """Makes `problem` write (and score) trees in Penn Treebank form, `( (S ...) )`.
+
+    Raises:
+        DecodeError: when the problem's outputs are not trees (it has no `ptb_output`).
+    """
+    if not hasattr(problem, "ptb_output"):
+        raise DecodeError(
+            f"--ptb_output is for parsing problems (trees); problem {problem.name} writes text"
+        )
+    problem.ptb_output = True

@@ -22,6 +22,11 @@ from t2t_lite.search.model_search import model_beam_search, model_greedy_search,
 
 # Source widths are padded up to a multiple of this under XLA (one compilation per step).
 WIDTH_STEP = 8
+# A constrained search without XLA grows its self-attention cache in blocks of this many
+# positions: its problems' maximum lengths (parsing: input + 300) are several times what
+# most outputs take, and each step's cache reads, writes and reordering scale with the
+# cache's size. Unconstrained searches keep the full-size cache.
+CACHE_BLOCK = 32
 
 # The search's inputs, as every caller of a `SearchFunction` declares them.
 SEARCH_SIGNATURE = (
@@ -146,6 +151,7 @@ class SearchFunction:
                 config.extra_length,
                 config.stop_early,
                 constraint=self.constraint,
+                cache_block=None if self.jit_compile or self.constraint is None else CACHE_BLOCK,
             )
         ids, scores = model_greedy_search(self.model, input_ids, config)
         return ids[:, None, :], scores[:, None]

@@ -31,38 +31,93 @@ def row_limits(inputs, extra_length: int):
     return lengths + extra_length
 
 
-def search_inputs(model, inputs, extra_length: int, beam_size: int = 1):
+def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_block=None):
     """Encodes `inputs` once: (step function, start ids [B], states, decode length, limits [B]).
 
     `states` is the changing part of the cache, [B, ...]; the constant part is tiled to
     B * beam_size rows (row b * beam_size + k for beam k of row b, the searches' order)
     and read by the step function. The decode length (the loop's bound) is the batch's
     width + extra_length; each row stops at its own length + extra_length (`row_limits`).
+
+    `cache_block`: None gives the self-attention cache all decode-length slots from the
+    start. An int starts it with that many and adds as many again whenever a step reaches
+    its end (graph mode only: the cache's shape changes inside the loop), so a step's work
+    follows the length decoded so far rather than the maximum length.
     """
     encoder_output, encoder_mask = model.encode(inputs, training=False)
     decode_length = tf.shape(inputs)[1] + extra_length
-    cache = model.init_cache(encoder_output, encoder_mask, decode_length)
+    cache_length = decode_length if cache_block is None else tf.minimum(cache_block, decode_length)
+    cache = model.init_cache(encoder_output, encoder_mask, cache_length)
     states, constants = model.split_cache(cache)
+    if cache_block is not None:
+        states = _growable(states)
     if beam_size > 1:
         constants = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), constants)
     start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
 
     def step(ids, i, states):
+        if cache_block is not None:
+            states = _grown(states, i, cache_block, decode_length)
         return model.decode_step(ids[:, i], i, states, constants)
 
     return step, start, states, decode_length, row_limits(inputs, extra_length)
 
 
+def _growable(states):
+    """`states` with the length of the self-attention caches (axis 1) statically unknown, as
+    the search's loop requires of a tensor whose shape changes from step to step."""
+    return _map_self_attention(
+        lambda cache: tf.compat.v1.placeholder_with_default(
+            cache, [cache.shape[0], None, *cache.shape[2:]]
+        ),
+        states,
+    )
+
+
+def _map_self_attention(function, states):
+    """`states` with `function` applied to every tensor under a "self_attention" key."""
+
+    def visit(name, value):
+        if name == "self_attention":
+            return tf.nest.map_structure(function, value)
+        if isinstance(value, dict):
+            return {key: visit(key, item) for key, item in value.items()}
+        return value
+
+    return visit("", states)
+
+
+def _grown(states, i, block: int, decode_length):
+    """`states` whose self-attention caches [N, C, ...] get `block` more zero slots (at most
+    decode_length in all) when step i is about to write slot C."""
+
+    def grow(cache):
+        size = tf.shape(cache)[1]
+        padding = [[0, 0], [0, tf.minimum(block, decode_length - size)]]
+        padding += [[0, 0]] * (cache.shape.rank - 2)
+        return tf.cond(i < size, lambda: cache, lambda: tf.pad(cache, padding))
+
+    return _map_self_attention(grow, states)
+
+
 def model_beam_search(
-    model, inputs, beam_size: int, alpha, extra_length: int, stop_early=True, constraint=None
+    model,
+    inputs,
+    beam_size: int,
+    alpha,
+    extra_length: int,
+    stop_early=True,
+    constraint=None,
+    cache_block=None,
 ):
     """Cached beam search with `model`: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K]).
 
     `alpha` may be a tensor (a per-request option of an exported model). `constraint`, if
     given, is called as `constraint(inputs, row limits)` for the search's `StepConstraint`.
+    `cache_block`: grow the self-attention cache in blocks (`search_inputs`); None: full size.
     """
     step, start, states, decode_length, limits = search_inputs(
-        model, inputs, extra_length, beam_size
+        model, inputs, extra_length, beam_size, cache_block
     )
     vocab_size = model.target_vocab_size or model.vocab_size
     return beam_search(
