@@ -198,6 +198,31 @@ def define_folders(name: str, default: str | None, help_text: str) -> None:
     flags.DEFINE(_FoldersParser(), name, default, help_text, serializer=flags.ArgumentSerializer())
 
 
+def define_ensemble_flags() -> None:
+    """--ensemble_combination and --ensemble_weights of the commands that take several runs."""
+    flags.DEFINE_enum(
+        "ensemble_combination", "mean_probability", ["mean_probability", "mean_log_probability"],
+        "How an ensemble combines its models' next-token distributions: log of the weighted mean "
+        "of probabilities (fairseq), or the weighted mean of log-probabilities renormalised over "
+        "the vocabulary (Marian, which does not renormalise)."
+    )  # fmt: skip
+    flags.DEFINE_list(
+        "ensemble_weights", [], "One positive weight per model of the ensemble, in the order of "
+        "the runs (normalised to sum to 1); default: equal weights."
+    )  # fmt: skip
+
+
+def ensemble_weights() -> list:
+    """--ensemble_weights as floats; anything else is a UsageError naming the flag."""
+    try:
+        return [float(weight) for weight in flags.FLAGS.ensemble_weights]
+    except ValueError:
+        raise app.UsageError(
+            f"--ensemble_weights must be numbers separated by commas, got "
+            f"{','.join(flags.FLAGS.ensemble_weights)}"
+        ) from None
+
+
 def define_download_flags() -> None:
     """--download, --download_mirror and --download_checksums of the calling command."""
     flags.DEFINE_bool(

@@ -46,16 +46,7 @@ flags.DEFINE_string(
     "default: the newest checkpoint of --output_dir. For an ensemble, comma-separated: one per run "
     "of --output_dir, or several checkpoints of its one run."
 )  # fmt: skip
-flags.DEFINE_enum(
-    "ensemble_combination", "mean_probability", ["mean_probability", "mean_log_probability"],
-    "How an ensemble combines its models' next-token distributions: log of the weighted mean "
-    "of probabilities (fairseq), or the weighted mean of log-probabilities renormalised over "
-    "the vocabulary (Marian, which does not renormalise)."
-)  # fmt: skip
-flags.DEFINE_list(
-    "ensemble_weights", [], "One positive weight per model of the ensemble, in the order of "
-    "the runs (normalised to sum to 1); default: equal weights."
-)  # fmt: skip
+cli.define_ensemble_flags()
 flags.DEFINE_string("decode_from_file", None, "Input text, one sentence per line.")
 flags.DEFINE_string(
     "decode_to_file", None, "Output file; default "
@@ -168,7 +159,7 @@ def main(argv):
                 FLAGS.hparams_set,
                 FLAGS.hparams,
                 FLAGS.ensemble_combination,
-                _weights(),
+                cli.ensemble_weights(),
             )
             trained = in_decode_dtype(trained, FLAGS.decode_dtype)
             config = SearchConfig.for_problem(trained.problem, trained.hp, **search)
@@ -225,16 +216,6 @@ def _check_scoring_flags():
             f"t2t_lite.decoder: scoring (--score_file) needs --engine=tensorflow (the "
             f"restored checkpoint), not --engine={FLAGS.engine}"
         )
-
-
-def _weights() -> list:
-    try:
-        return [float(weight) for weight in FLAGS.ensemble_weights]
-    except ValueError:
-        raise app.UsageError(
-            f"--ensemble_weights must be numbers separated by commas, got "
-            f"{','.join(FLAGS.ensemble_weights)}"
-        ) from None
 
 
 def _ctranslate2_decoder(search: dict, printer):

@@ -32,16 +32,7 @@ flags.DEFINE_string(
     "checkpoint_path", None, "A checkpoint prefix or folder; default: the run's newest. For an "
     "ensemble, comma-separated: one per run of --output_dir, or several of its one run."
 )  # fmt: skip
-flags.DEFINE_enum(
-    "ensemble_combination", "mean_probability", ["mean_probability", "mean_log_probability"],
-    "How an ensemble combines its models' next-token distributions: log of the weighted mean "
-    "of probabilities (fairseq), or the weighted mean of log-probabilities renormalised over "
-    "the vocabulary (Marian, which does not renormalise)."
-)  # fmt: skip
-flags.DEFINE_list(
-    "ensemble_weights", [], "One positive weight per model of the ensemble, in the order of "
-    "the runs (normalised to sum to 1); default: equal weights."
-)  # fmt: skip
+cli.define_ensemble_flags()
 cli.define_folder("export_dir", None, "Folder of exported models.")
 flags.DEFINE_string("model_name", None, "Versions go to EXPORT_DIR/MODEL_NAME/VERSION.")
 flags.DEFINE_integer("beam_size", None, "Default beam; default: the problem's (paper: 4).")
@@ -111,7 +102,7 @@ def main(argv):
             decode_dtype=FLAGS.decode_dtype,
             xla=FLAGS.xla,
             ensemble_combination=FLAGS.ensemble_combination,
-            ensemble_weights=_weights(),
+            ensemble_weights=cli.ensemble_weights(),
             **common,
         )
     except ValueError as error:  # RestoreError, SearchConfigError, ExportError
@@ -119,16 +110,6 @@ def main(argv):
     print(f"exported version {result.version}: {result.text_dir}")
     if result.ids_dir:
         print(f"ids-only SavedModel (core TensorFlow ops): {result.ids_dir}")
-
-
-def _weights() -> list:
-    try:
-        return [float(weight) for weight in FLAGS.ensemble_weights]
-    except ValueError:
-        raise app.UsageError(
-            f"--ensemble_weights must be numbers separated by commas, got "
-            f"{','.join(FLAGS.ensemble_weights)}"
-        ) from None
 
 
 def _export_ctranslate2(where: tuple, common: dict):
