@@ -269,6 +269,12 @@ def _grow_candidates(state: _BeamState, search: _Search) -> tuple[tf.Tensor, ...
     top_log_probs, top_index = tf.math.top_k(flat_log_probs, k=2 * beam_size)  # [B, 2k]
     # Extensions of the padding beams and zero-probability tokens sit at or below NEG_INF:
     # they rank last and never count as finished.
+    return _candidates(state, search, top_log_probs, top_index, vocab_size) + (new_states,)
+
+
+def _candidates(state, search, top_log_probs, top_index, vocab_size: int) -> tuple:
+    """The 2k chosen extensions (top_index = parent * V + token, [B, 2k]) as
+    (sequences [B, 2k, L], log-probs, scores, finished [B, 2k], parent [B, 2k])."""
     viable = top_log_probs > NEG_INF
     top_scores = top_log_probs / length_penalty(state.i + 1, search.alpha)
     parent = top_index // vocab_size  # [B, 2k]
@@ -276,7 +282,7 @@ def _grow_candidates(state: _BeamState, search: _Search) -> tuple[tf.Tensor, ...
     top_seq = tf.gather(state.alive_seq, parent, batch_dims=1)  # [B, 2k, L]
     top_seq = write_column(top_seq, state.i + 1, token)
     finished = tf.logical_and(tf.equal(token, search.eos_id), viable)
-    return top_seq, top_log_probs, top_scores, finished, parent, new_states
+    return top_seq, top_log_probs, top_scores, finished, parent
 
 
 def _select_alive(

@@ -35,6 +35,7 @@ from t2t_lite.decoding.beam_search import (
     NEG_INF,
     _BeamState,
     _best_hypotheses,
+    _candidates,
     _freeze_rows,
     _initial_state,
     _merge_finished,
@@ -43,11 +44,10 @@ from t2t_lite.decoding.beam_search import (
     _Search,
     _select_alive,
     _validate,
-    length_penalty,
 )
 from t2t_lite.decoding.phrase_tracker import PhraseTracker
 from t2t_lite.decoding.prefix import PrefixConstraint
-from t2t_lite.decoding.step_contract import check_step_mode, step_log_probs, write_column
+from t2t_lite.decoding.step_contract import check_step_mode, step_log_probs
 from t2t_lite.ids import EOS_ID
 
 
@@ -210,14 +210,7 @@ def _grow_by_banks(state: _BeamState, search: _Search, limits: tf.Tensor) -> tup
     # Banks with fewer than 2k candidates fill with -inf; keep every score finite.
     top_log_probs = tf.maximum(top_log_probs, tf.float32.min)  # [B, 2k]
     top_index = tf.gather(tf.reshape(bank_index, [batch, -1]), pick, batch_dims=1)  # [B, 2k]
-    viable = top_log_probs > NEG_INF
-    top_scores = top_log_probs / length_penalty(state.i + 1, search.alpha)
-    parent = top_index // vocab_size  # [B, 2k]
-    token = top_index % vocab_size  # [B, 2k]
-    top_seq = tf.gather(state.alive_seq, parent, batch_dims=1)  # [B, 2k, L]
-    top_seq = write_column(top_seq, state.i + 1, token)
-    finished = tf.logical_and(tf.equal(token, search.eos_id), viable)
-    return top_seq, top_log_probs, top_scores, finished, parent, new_states
+    return _candidates(state, search, top_log_probs, top_index, vocab_size) + (new_states,)
 
 
 __all__ = ["lexically_constrained_beam_search"]
