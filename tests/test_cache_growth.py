@@ -80,7 +80,7 @@ def test_the_translator_grows_the_cache_of_constrained_searches_only(monkeypatch
 
     def recording_step(ids, i, cache, constants=None):
         if constants is not None:
-            size = tf.shape(cache["decoder_layer_0"]["self_attention"]["key"])[1]
+            size = tf.shape(cache["decoder_layer_0"]["self_attention"]["key"])[2]
             tf.py_function(lambda n: sizes.append(int(n)), [size], [])
         return decode_step(ids, i, cache, constants)
 
@@ -103,14 +103,14 @@ def test_the_translator_grows_the_cache_of_constrained_searches_only(monkeypatch
 
 
 def test_grown_adds_a_block_of_zero_slots_when_a_step_reaches_the_end():
-    key = tf.reshape(tf.range(2 * 4 * 3, dtype=tf.float32), [2, 4, 3]) + 1.0  # [N, C, D]
+    key = tf.reshape(tf.range(2 * 2 * 4 * 3, dtype=tf.float32), [2, 2, 4, 3]) + 1.0  # [N, H, C, Dh]
     states = {"layer": {"self_attention": {"key": key}}, "pointer": tf.constant([1, 2])}
     for i, decode_length, size in ((3, 10, 4), (4, 10, 7), (4, 6, 6)):
         grown = model_search._grown(states, tf.constant(i), 3, tf.constant(decode_length))
         cache = grown["layer"]["self_attention"]["key"].numpy()
-        assert cache.shape == (2, size, 3)
-        np.testing.assert_array_equal(cache[:, :4], key.numpy())
-        assert not cache[:, 4:].any()
+        assert cache.shape == (2, 2, size, 3)
+        np.testing.assert_array_equal(cache[:, :, :4], key.numpy())
+        assert not cache[:, :, 4:].any()
         np.testing.assert_array_equal(grown["pointer"].numpy(), [1, 2])
 
 

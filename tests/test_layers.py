@@ -196,7 +196,7 @@ def test_attention_cached_steps_equal_causal_self_attention():
     np.testing.assert_allclose(
         full, _numpy_attention(layer, x, x, np.tril(np.ones((2, 4, 4), bool))), atol=1e-5
     )
-    cache = {"key": np.zeros((2, 6, H, D // H), "float32")}
+    cache = {"key": np.zeros((2, H, 6, D // H), "float32")}
     cache["value"] = cache["key"]
     for i in range(4):
         step, cache = layer(
@@ -206,8 +206,8 @@ def test_attention_cached_steps_equal_causal_self_attention():
             cache_index=np.int32(i),
         )
         np.testing.assert_allclose(np.asarray(step)[:, 0], full[:, i], atol=1e-5)
-    assert np.asarray(cache["key"]).shape == (2, 6, H, D // H)
-    np.testing.assert_array_equal(np.asarray(cache["key"])[:, 4:], 0.0)
+    assert np.asarray(cache["key"]).shape == (2, H, 6, D // H)
+    np.testing.assert_array_equal(np.asarray(cache["key"])[:, :, 4:], 0.0)
 
 
 def test_attention_with_precomputed_key_value_equals_full():
@@ -307,7 +307,7 @@ def test_decoder_layer_cached_steps_equal_full_sequence():
     layer = _decoder(False)
     x, memory = _randn(2, 4, D, seed=12), _randn(2, 3, D, seed=13)
     full = np.asarray(layer(x, encoder_output=memory))
-    cache = {"key": np.zeros((2, 5, H, D // H), "float32")}
+    cache = {"key": np.zeros((2, H, 5, D // H), "float32")}
     cache["value"] = cache["key"]
     cross = layer.compute_cross_key_value(memory)
     for i in range(4):

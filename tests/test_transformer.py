@@ -192,8 +192,8 @@ def test_cache_leaves_lead_with_batch_and_survive_beam_tiling():
     cache = model.init_cache(encoder_output, encoder_mask, 8)
     head_size = hp.hidden_size // hp.num_heads
     layer = cache["decoder_layer_1"]
-    assert tuple(layer["self_attention"]["key"].shape) == (3, 8, hp.num_heads, head_size)
-    assert tuple(layer["cross_attention"]["value"].shape) == (3, 7, hp.num_heads, head_size)
+    assert tuple(layer["self_attention"]["key"].shape) == (3, hp.num_heads, 8, head_size)
+    assert tuple(layer["cross_attention"]["value"].shape) == (3, hp.num_heads, 7, head_size)
     assert all(leaf.shape[0] == 3 for leaf in tf.nest.flatten(cache))
     beams = 2
     tiled = tf.nest.map_structure(lambda t: keras.ops.repeat(t, beams, axis=0), cache)

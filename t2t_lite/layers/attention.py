@@ -24,9 +24,13 @@ class MultiHeadAttention(keras.layers.Layer):
     - precomputed keys/values: `layer(query, key_value=layer.compute_key_value(memory))`,
       for encoder-decoder attention while decoding (projected once per sentence).
     - cached self-attention step: `layer(x, cache=c, cache_index=i, attention_mask=m)`
-      with x [B, 1, D] and c = {"key", "value"} of [B, L, H, Dh]. The new key/value is
-      written at slot i with a select (no dynamic slicing, no growing tensors), so
-      shapes are static under `tf.function(jit_compile=True)`. Returns (output, new_cache).
+      with x [B, 1, D] and c = {"key", "value"} of [B, H, L, Dh]. The new key/value is
+      scattered into slot i (no dynamic slicing, no growing tensors), so shapes are static
+      under `tf.function(jit_compile=True)`. Returns (output, new_cache).
+
+    Stored keys and values (the cache, `compute_key_value`) are head-major, [B, H, T, Dh]:
+    the two attention products then read them as they lie, where [B, T, H, Dh] would be
+    transposed in full at every decoding step.
 
     `return_attention=True` (full and precomputed calls) also returns the attention
     probabilities, for pictures of them (`t2t_lite.models.attention_maps`); the
@@ -99,10 +103,10 @@ class MultiHeadAttention(keras.layers.Layer):
         return dense(x)
 
     def compute_key_value(self, value):
-        """Projects the memory once: {"key", "value"}, each [B, Tk, H, Dh]."""
+        """Projects the memory once: {"key", "value"}, each [B, H, Tk, Dh]."""
         return {
-            "key": self._project(self.key_dense, value),
-            "value": self._project(self.value_dense, value),
+            "key": _heads_first(self._project(self.key_dense, value)),
+            "value": _heads_first(self._project(self.value_dense, value)),
         }
 
     def call(
@@ -122,8 +126,8 @@ class MultiHeadAttention(keras.layers.Layer):
             query: [B, Tq, D_in].
             value: [B, Tk, D_in] memory; None for self-attention (uses `query`).
             attention_mask: bool, broadcastable to [B, Tq, Tk]; True = may attend.
-            key_value: precomputed {"key", "value"} [B, Tk, H, Dh]; replaces `value`.
-            cache: self-attention cache {"key", "value"} [B, L, H, Dh]; needs Tq = 1.
+            key_value: precomputed {"key", "value"} [B, H, Tk, Dh]; replaces `value`.
+            cache: self-attention cache {"key", "value"} [B, H, L, Dh]; needs Tq = 1.
             cache_index: scalar int, the slot the new key/value is written to.
             training: enables attention-weights dropout.
             return_attention: also return the attention probabilities; not with `cache`.
@@ -139,11 +143,11 @@ class MultiHeadAttention(keras.layers.Layer):
                 "MultiHeadAttention: return_attention is for full calls; a cached step "
                 "does not return probabilities"
             )
-        query_heads = self._project(self.query_dense, query)  # [B, Tq, H, Dh]
+        query_heads = _heads_first(self._project(self.query_dense, query))  # [B, H, Tq, Dh]
         query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
         if key_value is None:
             key_value = self.compute_key_value(query if value is None else value)
-        key, value_heads = key_value["key"], key_value["value"]  # [B, Tk, H, Dh]
+        key, value_heads = key_value["key"], key_value["value"]  # [B, H, Tk, Dh]
 
         new_cache = None
         if cache is not None:
@@ -154,11 +158,9 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"MultiHeadAttention: a cached call decodes one position; "
                     f"got a query of length {query.shape[1]}"
                 )
-            length = ops.shape(cache["key"])[1]
-            slots = ops.arange(length)
-            write = ops.equal(slots, ops.cast(cache_index, slots.dtype))[None, :, None, None]
-            key = ops.where(write, key, cache["key"])  # [B, L, H, Dh]
-            value_heads = ops.where(write, value_heads, cache["value"])  # [B, L, H, Dh]
+            slots = _slot_indices(ops.shape(key)[0], self.num_heads, cache_index)
+            key = ops.scatter_update(cache["key"], slots, key[:, :, 0])  # [B, H, L, Dh]
+            value_heads = ops.scatter_update(cache["value"], slots, value_heads[:, :, 0])
             new_cache = {"key": key, "value": value_heads}
 
         output, weights = self._attend(query_heads, key, value_heads, attention_mask, training)
@@ -168,14 +170,14 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend(self, query, key, value, attention_mask, training):
         """(output [B, Tq, D], probabilities [B, H, Tq, Tk] before dropout)."""
-        scores = ops.einsum("bqhk,bthk->bhqt", query, key)  # [B, H, Tq, Tk]
+        scores = ops.einsum("bhqk,bhtk->bhqt", query, key)  # [B, H, Tq, Tk]
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
             mask = ops.cast(attention_mask, "bool")[:, None, :, :]  # [B, 1, Tq, Tk]
             scores = ops.where(mask, scores, _MASKED_LOGIT)
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         dropped = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bhqt,bthk->bqhk", dropped, value)  # [B, Tq, H, Dh]
+        context = ops.transpose(ops.einsum("bhqt,bhtk->bhqk", dropped, value), (0, 2, 1, 3))
         return self._project(self.output_dense, context), weights  # [B, Tq, D]
 
     def get_config(self):
@@ -189,3 +191,16 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _heads_first(x):
+    """[B, T, H, Dh] -> [B, H, T, Dh]."""
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
+def _slot_indices(batch, num_heads, index):
+    """[B, H, 3] int32 indices (b, h, index) of slot `index` in every row and head."""
+    rows = ops.broadcast_to(ops.arange(batch, dtype="int32")[:, None], (batch, num_heads))
+    heads = ops.broadcast_to(ops.arange(num_heads, dtype="int32")[None, :], (batch, num_heads))
+    slots = ops.full((batch, num_heads), ops.cast(index, "int32"), dtype="int32")
+    return ops.stack([rows, heads, slots], axis=-1)

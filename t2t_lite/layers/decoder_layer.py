@@ -22,7 +22,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
       the self-attention mask defaults to the causal mask.
     - one cached step: `layer(x, cross_key_value=kv, cross_attention_mask=m, cache=c,
       cache_index=i)` with x [B, 1, D]; returns (y, new_cache). `kv` comes from
-      `compute_cross_key_value(encoder_output)`, `c` holds {"key", "value"} [B, L, H, Dh]
+      `compute_cross_key_value(encoder_output)`, `c` holds {"key", "value"} [B, H, L, Dh]
       and the self-attention mask defaults to slots 0..i.
 
     Args: as `TransformerEncoderLayer`.
@@ -82,7 +82,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
         self.built = True
 
     def compute_cross_key_value(self, encoder_output):
-        """Encoder-decoder keys/values, once per sentence: {"key", "value"} [B, S, H, Dh]."""
+        """Encoder-decoder keys/values, once per sentence: {"key", "value"} [B, H, S, Dh]."""
         return self.cross_attention.compute_key_value(encoder_output)
 
     def call(
@@ -105,8 +105,8 @@ class TransformerDecoderLayer(keras.layers.Layer):
             self_attention_mask: bool broadcastable to [B, T, T] (or [B, 1, L] when
                 cached); defaults to `causal_mask(T)` (or `step_mask(i, L)`).
             cross_attention_mask: bool broadcastable to [B, T, S]; True at real source tokens.
-            cross_key_value: precomputed encoder-decoder {"key", "value"} [B, S, H, Dh].
-            cache: this layer's self-attention cache {"key", "value"} [B, L, H, Dh].
+            cross_key_value: precomputed encoder-decoder {"key", "value"} [B, H, S, Dh].
+            cache: this layer's self-attention cache {"key", "value"} [B, H, L, Dh].
             cache_index: scalar int i, the position decoded by a cached step.
             training: enables dropout.
             return_attention: also return the attention probabilities (full sequence only).
@@ -124,7 +124,7 @@ class TransformerDecoderLayer(keras.layers.Layer):
             if cache is None:
                 self_attention_mask = masks.causal_mask(ops.shape(inputs)[1])[None]
             else:
-                cache_length = ops.shape(cache["key"])[1]
+                cache_length = ops.shape(cache["key"])[2]
                 self_attention_mask = masks.step_mask(cache_index, cache_length)[None]
 
         # Self-attention block.

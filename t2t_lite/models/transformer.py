@@ -321,14 +321,14 @@ class Transformer(keras.Model):
             {"encoder_mask": bool [B, S],
              ["pointer": int32 [B], "encoder_output": [B, S, D]]  # with source_pointer
              "decoder_layer_<n>": {
-                 "self_attention": {"key": [B, L, H, Dh], "value": [B, L, H, Dh]},  # zeros
-                 "cross_attention": {"key": [B, S, H, Dh], "value": [B, S, H, Dh]}}}
+                 "self_attention": {"key": [B, H, L, Dh], "value": [B, H, L, Dh]},  # zeros
+                 "cross_attention": {"key": [B, H, S, Dh], "value": [B, H, S, Dh]}}}
             for n in 0..N-1; float leaves are in the compute dtype.
         """
         batch = ops.shape(encoder_output)[0]
         head_size = self.hidden_size // self.num_heads
         empty = ops.zeros(
-            (batch, max_decode_length, self.num_heads, head_size), dtype=self.compute_dtype
+            (batch, self.num_heads, max_decode_length, head_size), dtype=self.compute_dtype
         )
         cache = {"encoder_mask": ops.cast(encoder_mask, "bool")}
         if self.source_pointer:

@@ -64,11 +64,12 @@ def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_bl
 
 
 def _growable(states):
-    """`states` with the length of the self-attention caches (axis 1) statically unknown, as
-    the search's loop requires of a tensor whose shape changes from step to step."""
+    """`states` with the length of the self-attention caches (axis 2 of [N, H, C, Dh])
+    statically unknown, as the search's loop requires of a tensor whose shape changes from
+    step to step."""
     return _map_self_attention(
         lambda cache: tf.compat.v1.placeholder_with_default(
-            cache, [cache.shape[0], None, *cache.shape[2:]]
+            cache, [*cache.shape[:2], None, *cache.shape[3:]]
         ),
         states,
     )
@@ -88,13 +89,13 @@ def _map_self_attention(function, states):
 
 
 def _grown(states, i, block: int, decode_length):
-    """`states` whose self-attention caches [N, C, ...] get `block` more zero slots (at most
-    decode_length in all) when step i is about to write slot C."""
+    """`states` whose self-attention caches [N, H, C, Dh] get `block` more zero slots (at
+    most decode_length in all) when step i is about to write slot C."""
 
     def grow(cache):
-        size = tf.shape(cache)[1]
-        padding = [[0, 0], [0, tf.minimum(block, decode_length - size)]]
-        padding += [[0, 0]] * (cache.shape.rank - 2)
+        size = tf.shape(cache)[2]
+        padding = [[0, 0], [0, 0], [0, tf.minimum(block, decode_length - size)]]
+        padding += [[0, 0]] * (cache.shape.rank - 3)
         return tf.cond(i < size, lambda: cache, lambda: tf.pad(cache, padding))
 
     return _map_self_attention(grow, states)
