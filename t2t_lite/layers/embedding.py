@@ -45,7 +45,9 @@ class TokenEmbedding(keras.layers.Layer):
         """
         table = ops.cast(self.embeddings, self.compute_dtype)  # [V, D]
         if reverse:
-            return ops.matmul(inputs, ops.transpose(table))  # [B, T, V]
+            # As one contraction over D: oneDNN runs it as a batched product reading E as it
+            # lies, where a matmul with E transposed takes about 1.5 times as long on CPUs.
+            return ops.einsum("btd,vd->btv", inputs, table)  # [B, T, V]
         vectors = ops.take(table, inputs, axis=0)  # [B, T, D]
         not_padding = ops.cast(ops.not_equal(inputs, 0), self.compute_dtype)[..., None]
         return vectors * ops.cast(self.hidden_size**0.5, self.compute_dtype) * not_padding
