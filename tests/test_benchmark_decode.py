@@ -6,17 +6,14 @@ the CTranslate2 float32 export at alpha 0 (where the two length penalties agree)
 row's BLEU is sacreBLEU of its outputs against the references.
 """
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import sacrebleu
+from conftest import load_tool
 
 from t2t_lite import hparams
 from t2t_lite.training import trainer
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_decode.py"
 PROBLEM = "algorithmic_reverse"
 TINY = (
     "hidden_size=32,filter_size=64,num_heads=2,batch_size=256,max_length=48,"
@@ -34,10 +31,7 @@ ROWS = (
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_decode", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("benchmark_decode")
 
 
 def test_table_has_every_row_and_the_saved_model_matches_the_cached_search(tmp_path, capsys):

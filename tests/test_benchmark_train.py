@@ -7,13 +7,13 @@ embedding / pre-softmax projection meet every target token, 2 FLOPs per multiply
 every attention block.
 """
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_tool
 
 from t2t_lite import hparams
 from t2t_lite.models import build_transformer
@@ -22,11 +22,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_train.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("benchmark_train", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("benchmark_train")
 
 
 def assert_rate_matches_step_time(row, tokens):

@@ -4,23 +4,17 @@ The recipe itself runs for 30 minutes and is measured by hand (docs/quality.md);
 cover the parts it decides from the machine.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import tensorflow as tf
+from conftest import load_tool
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "multi30k_recipe.py"
 WITH_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_tile\n"
 WITHOUT_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"
 
 
 @pytest.fixture(scope="module")
 def recipe():
-    spec = importlib.util.spec_from_file_location("multi30k_recipe", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("multi30k_recipe")
 
 
 def test_auto_trains_in_bfloat16_only_on_a_cpu_that_multiplies_it(recipe, tmp_path):

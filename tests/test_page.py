@@ -11,15 +11,14 @@ T2T_PAGE_SCREENSHOTS=DIR, to DIR: how docs/images/ is made).
 """
 
 import http.client
-import importlib.util
 import json
 import os
-from pathlib import Path
 from urllib.parse import urlparse
 
 import matplotlib.image
 import numpy as np
 import pytest
+from conftest import load_tool
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -42,10 +41,7 @@ PARSER_TINY = (
 PARSER_STEPS = 30
 # Words a parse copies to its leaves: markup, entities and a script-looking word.
 HOSTILE_WORDS = ["The", "<b>", "firm", "said", "AT&T", "&amp;", "<img/src/onerror=pwn()>", "."]
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "page_screenshot.py"
-_spec = importlib.util.spec_from_file_location("page_screenshot", SCRIPT)
-page_screenshot = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(page_screenshot)
+page_screenshot = load_tool("page_screenshot")
 
 
 def _serve(model_dir, name, log, *flags):

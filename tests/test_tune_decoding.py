@@ -5,24 +5,18 @@ tuned over two averaging depths, two beams and two alphas; one row is checked ag
 decoder command on the checkpoint the averaging command writes, scored by sacrebleu itself.
 """
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import sacrebleu
+from conftest import load_tool
 from test_averaging import run_module, trained_tiny_run
-
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "tune_decoding.py"
 
 
 @pytest.fixture(scope="module")
 def tune():
-    spec = importlib.util.spec_from_file_location("tune_decoding", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("tune_decoding")
 
 
 def _row(num_last, beam, alpha, mean):
@@ -64,9 +58,15 @@ def test_each_row_is_the_bleu_of_its_setting(tune, tmp_path, tmp_path_factory):
     result = tune.run(
         tune._arguments(
             [
-                "--problem=algorithmic_reverse", "--data_dir=", f"--output_dirs={run}",
-                f"--source_file={source}", f"--reference_file={reference}",
-                "--num_last=1,3", "--beam_sizes=1,2", "--alphas=0,0.6", f"--json={table}",
+                "--problem=algorithmic_reverse",
+                "--data_dir=",
+                f"--output_dirs={run}",
+                f"--source_file={source}",
+                f"--reference_file={reference}",
+                "--num_last=1,3",
+                "--beam_sizes=1,2",
+                "--alphas=0,0.6",
+                f"--json={table}",
             ]  # fmt: skip
         )
     )
