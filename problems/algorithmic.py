@@ -60,6 +60,18 @@ class AlgorithmicProblem(Problem):
     extra_decode_length = 10
 
     def transform(self, symbols: np.ndarray) -> np.ndarray:
+        """The target symbols of one input row (a 1-D array)."""
+        return symbols[self.target_order(np.array([len(symbols)]))]
+
+    def target_order(self, lengths: np.ndarray) -> np.ndarray:
+        """Where each target symbol comes from: indices into the rows' concatenated symbols.
+
+        Args:
+            lengths: int [N], the rows' lengths.
+
+        Returns:
+            int [sum(lengths)], row after row.
+        """
         raise NotImplementedError
 
     def encoders(self, data_dir: str) -> dict:
@@ -67,28 +79,39 @@ class AlgorithmicProblem(Problem):
         encoder = SymbolEncoder(self.num_symbols)
         return {"inputs": encoder, "targets": encoder}
 
+    def _rows(self, split: str) -> tuple:
+        """(inputs, targets, row lengths with EOS): flat int64 ids of every row in order."""
+        rng = np.random.default_rng(_SEEDS[split])
+        lengths = rng.integers(1, self.train_length + 1, size=self.num_examples[split])
+        symbols = rng.integers(0, self.num_symbols, size=int(lengths.sum()))
+        # Row r's symbols move up by r in the flat output: one EOS follows each row.
+        rows = np.repeat(np.arange(len(lengths)), lengths)
+        slots = np.arange(len(symbols)) + rows
+        eos = np.cumsum(lengths + 1) - 1
+        flat = []
+        for order in (np.arange(len(symbols)), self.target_order(lengths)):
+            ids = np.empty(len(symbols) + len(lengths), np.int64)
+            ids[slots] = symbols[order] + _FIRST_SYMBOL_ID
+            ids[eos] = EOS_ID
+            flat.append(ids)
+        return flat[0], flat[1], lengths + 1
+
     def generate(self, split: str):
         """Yields (inputs, targets) id arrays, EOS-terminated, deterministically per split."""
-        rng = np.random.default_rng(_SEEDS[split])
-        count = self.num_examples[split]
-        lengths = rng.integers(1, self.train_length + 1, size=count)
-        symbols = rng.integers(0, self.num_symbols, size=int(lengths.sum()))
-        for row in np.split(symbols, np.cumsum(lengths)[:-1]):
-            inputs = np.append(row + _FIRST_SYMBOL_ID, EOS_ID)
-            targets = np.append(self.transform(row) + _FIRST_SYMBOL_ID, EOS_ID)
-            yield inputs.astype(np.int64), targets.astype(np.int64)
+        inputs, targets, lengths = self._rows(split)
+        ends = np.cumsum(lengths)
+        for start, end in zip(ends - lengths, ends):
+            yield inputs[start:end], targets[start:end]
 
     def examples(self, split: str, data_dir: str) -> tf.data.Dataset:
         del data_dir
         if split not in _SEEDS:
             raise ValueError(f"problem {self.name} has splits {sorted(_SEEDS)}, not {split!r}")
-        pairs = list(self.generate(split))
-        features = {}
-        for index, name in enumerate(("inputs", "targets")):
-            rows = [pair[index] for pair in pairs]
-            features[name] = tf.RaggedTensor.from_row_lengths(
-                np.concatenate(rows), [len(row) for row in rows]
-            )
+        inputs, targets, lengths = self._rows(split)
+        features = {
+            "inputs": tf.RaggedTensor.from_row_lengths(inputs, lengths),
+            "targets": tf.RaggedTensor.from_row_lengths(targets, lengths),
+        }
         # Slices of a [N, None] ragged tensor carry a ragged spec of rank 0; reshaping
         # makes them the plain int64 vectors that padded batching expects.
         dataset = tf.data.Dataset.from_tensor_slices(features)
@@ -104,8 +127,8 @@ class AlgorithmicCopy(AlgorithmicProblem):
 
     name = "algorithmic_copy"
 
-    def transform(self, symbols):
-        return symbols
+    def target_order(self, lengths):
+        return np.arange(int(lengths.sum()))
 
 
 class AlgorithmicReverse(AlgorithmicProblem):
@@ -113,5 +136,8 @@ class AlgorithmicReverse(AlgorithmicProblem):
 
     name = "algorithmic_reverse"
 
-    def transform(self, symbols):
-        return symbols[::-1]
+    def target_order(self, lengths):
+        # Position p of a row of length n reads symbol n - 1 - p of that row.
+        ends = np.cumsum(lengths)
+        rows = np.repeat(np.arange(len(lengths)), lengths)
+        return ends[rows] - 1 - (np.arange(int(ends[-1])) - (ends - lengths)[rows])
