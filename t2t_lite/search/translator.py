@@ -10,6 +10,8 @@ produce the same outputs at the same speed.
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from t2t_lite.search.compiled import SearchFunction
@@ -33,7 +35,10 @@ class Translator:
         self.model = model
         self.config = config
         self.constraint = constraint
-        self.function = SearchFunction(model, config, constraint, jit_compile)
+        # Only the configured beam is ever asked for here: one branch, traced once (an
+        # export offers several, `t2t_lite.export.BeamSearcher`).
+        single = dataclasses.replace(config, beam_sizes=(config.beam_size,))
+        self.function = SearchFunction(model, single, constraint, jit_compile)
         self.jit_compile = self.function.jit_compile
 
     @property
