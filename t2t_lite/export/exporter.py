@@ -206,9 +206,9 @@ class TranslationModule(tf.Module):
             return self.translate_ids(input_ids, *defaults())
 
         functions = {
-            "translate_ids": tf.function(ids_default, input_signature=[input_ids]),
+            "translate_ids": tf.function(ids_default, autograph=False, input_signature=[input_ids]),
             "translate_ids_with_options": tf.function(
-                self.translate_ids, input_signature=[input_ids, beam_size, alpha]
+                self.translate_ids, autograph=False, input_signature=[input_ids, beam_size, alpha]
             ),
         }
         if self._has_text:
@@ -216,15 +216,18 @@ class TranslationModule(tf.Module):
             def text_default(sentences):
                 return self.translate_text(sentences, *defaults())
 
-            functions["serving_default"] = tf.function(text_default, input_signature=[sentences])
+            functions["serving_default"] = tf.function(
+                text_default, autograph=False, input_signature=[sentences]
+            )
             functions["translate_with_options"] = tf.function(
-                self.translate_text, input_signature=[sentences, beam_size, alpha]
+                self.translate_text, autograph=False, input_signature=[sentences, beam_size, alpha]
             )
         else:
             functions["serving_default"] = functions["translate_ids"]
         if self._has_text and self.searcher.supports_guidance:
             functions["translate_constrained"] = tf.function(
                 self.translate_constrained,
+                autograph=False,
                 input_signature=[
                     sentences,
                     tf.TensorSpec([None, None], tf.string, name="constraints"),

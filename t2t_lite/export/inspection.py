@@ -188,9 +188,13 @@ class Inspector(tf.Module):
         beam_size = tf.TensorSpec([], tf.int32, name="beam_size")
         alpha = tf.TensorSpec([], tf.float32, name="alpha")
         return {
-            NBEST: tf.function(self.nbest, input_signature=[sentences, beam_size, alpha]),
-            ATTENTION: tf.function(self.attention, input_signature=[sentences, targets]),
-            MODEL_INFO: tf.function(self.model_info, input_signature=[]),
+            NBEST: tf.function(
+                self.nbest, autograph=False, input_signature=[sentences, beam_size, alpha]
+            ),
+            ATTENTION: tf.function(
+                self.attention, autograph=False, input_signature=[sentences, targets]
+            ),
+            MODEL_INFO: tf.function(self.model_info, autograph=False, input_signature=[]),
         }
 
 

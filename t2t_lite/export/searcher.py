@@ -68,7 +68,9 @@ class BeamSearcher(tf.Module):
         self.weights = backing_variables(model)
         self.search_config = search_config
         self._source_vocab_size = model.vocab_size
-        self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
+        self.search = tf.function(
+            self._search, autograph=False, input_signature=list(SEARCH_SIGNATURE)
+        )
 
     @property
     def supports_guidance(self) -> bool:

@@ -131,6 +131,7 @@ class Scorer:
         spec = tf.TensorSpec([None, None], tf.int32)
         self._log_probs = tf.function(
             lambda inputs, targets: target_log_probs(model, inputs, targets),
+            autograph=False,
             input_signature=[spec, spec],
         )
 

@@ -70,11 +70,14 @@ class SearchFunction:
             size: tf.function(
                 lambda ids, alpha, size=size: self._branch(ids, size, alpha),
                 jit_compile=self.jit_compile,
+                autograph=False,
             )
             for size in self.beam_sizes
         }
         self._guided = None
-        self.search = tf.function(self._search, input_signature=list(SEARCH_SIGNATURE))
+        self.search = tf.function(
+            self._search, input_signature=list(SEARCH_SIGNATURE), autograph=False
+        )
 
     @property
     def search_guided(self):
@@ -93,6 +96,7 @@ class SearchFunction:
             ids = tf.TensorSpec([None, None], tf.int32)
             self._guided = tf.function(
                 self._search_guided,
+                autograph=False,
                 input_signature=[
                     *SEARCH_SIGNATURE,
                     tf.TensorSpec([None, None, None], tf.int32, name="phrases"),

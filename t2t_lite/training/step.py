@@ -137,7 +137,7 @@ class TrainStep:
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.jit_compile = jit_compile
         self.kernels = getattr(model, "kernels", kernel_sets.KERAS)
-        self._gradients = tf.function(self._gradients_fn, jit_compile=jit_compile)
+        self._gradients = tf.function(self._gradients_fn, jit_compile=jit_compile, autograph=False)
         self.accumulators = None
         if accumulation_steps > 1:
             with strategy.scope():
@@ -164,8 +164,8 @@ class TrainStep:
         self.seen_shapes = tf.Variable(
             tf.zeros([0, 3], tf.int32), shape=tf.TensorShape([None, 3]), trainable=False
         )
-        self.train = tf.function(self._train_fn)
-        self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True)
+        self.train = tf.function(self._train_fn, autograph=False)
+        self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True, autograph=False)
 
     def skipped_updates(self, step: int) -> int:
         """How many of the `step` updates run so far float16 loss scaling skipped.
