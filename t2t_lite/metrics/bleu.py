@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import sacrebleu
-import sacremoses
 from sacrebleu.metrics import BLEU
 from sacrebleu.metrics.bleu import BLEUScore
 
@@ -135,7 +134,11 @@ def sacrebleu_corpus(hypotheses: Sequence[str], references: Sequence[str]) -> Bl
 
 
 @functools.lru_cache(maxsize=8)
-def _moses_tokenizer(lang: str) -> sacremoses.MosesTokenizer:
+def _moses_tokenizer(lang: str):
+    """sacremoses' MosesTokenizer for `lang` (imported here: it takes half a second, and
+    most commands that import this module never tokenize)."""
+    import sacremoses
+
     return sacremoses.MosesTokenizer(lang=lang)
 
 
@@ -217,6 +220,8 @@ def tokenized_bleu(
     ref_tokens = [prepare_tokenized(line, lang, compound_split) for line in references]
     scored = multi_bleu(hyp_tokens, ref_tokens)
     label = TOKENIZED_LABEL if compound_split else TOKENIZED_LABEL_NO_SPLIT
+    import sacremoses
+
     signature = (
         f"tokenized|tok:moses-{lang}|escape:yes|compound_split:{'yes' if compound_split else 'no'}"
         f"|nrefs:1|case:mixed|smooth:none|ngram:4|sacremoses:{sacremoses.__version__}"
