@@ -59,10 +59,6 @@ class AlgorithmicProblem(Problem):
     num_examples = {"train": 100_000, "dev": 1_000, "test": 1_000}
     extra_decode_length = 10
 
-    def transform(self, symbols: np.ndarray) -> np.ndarray:
-        """The target symbols of one input row (a 1-D array)."""
-        return symbols[self.target_order(np.array([len(symbols)]))]
-
     def target_order(self, lengths: np.ndarray) -> np.ndarray:
         """Where each target symbol comes from: indices into the rows' concatenated symbols.
 
@@ -89,9 +85,9 @@ class AlgorithmicProblem(Problem):
         slots = np.arange(len(symbols)) + rows
         eos = np.cumsum(lengths + 1) - 1
         flat = []
-        for order in (np.arange(len(symbols)), self.target_order(lengths)):
+        for row_symbols in (symbols, symbols[self.target_order(lengths)]):
             ids = np.empty(len(symbols) + len(lengths), np.int64)
-            ids[slots] = symbols[order] + _FIRST_SYMBOL_ID
+            ids[slots] = row_symbols + _FIRST_SYMBOL_ID
             ids[eos] = EOS_ID
             flat.append(ids)
         return flat[0], flat[1], lengths + 1
