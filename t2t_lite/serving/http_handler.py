@@ -129,9 +129,14 @@ class LimitedHTTPServer(http.server.ThreadingHTTPServer):
 
     def process_request_thread(self, request, client_address):
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
+            # The slot is given back before the socket closes: a client that sees the
+            # close and connects again at once must find it free.
             self._leave(client_address[0])
+            self.shutdown_request(request)
 
     def _admit(self, host: str) -> str:
         """Takes a slot for a connection from `host`; the refusal message if there is none."""
