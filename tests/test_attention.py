@@ -18,6 +18,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from test_decoding_model import random_inputs, random_model, trained_reverse_run
 
 from t2t_lite import hparams
@@ -204,7 +205,7 @@ def test_the_command_writes_pngs_of_the_expected_size_and_the_arrays_drawn(train
     (tmp_path / "sources.txt").write_text("1 2\n3 1 4 1 5 9\n")
     run = os.path.dirname(trained.checkpoint_path)
     image_dir = tmp_path / "images"
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", "t2t_lite.attention", "--problem=algorithmic_reverse",
          f"--output_dir={run}", f"--from_file={tmp_path / 'sources.txt'}", "--line=2",
          f"--image_dir={image_dir}", "--dpi=80"],
@@ -242,7 +243,7 @@ def test_the_command_writes_pngs_of_the_expected_size_and_the_arrays_drawn(train
 
 
 def _attention_command(*args, cwd=None, timeout=300):
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", "t2t_lite.attention", "--problem=algorithmic_reverse", *args],
         capture_output=True, text=True, cwd=cwd, timeout=timeout,
     )  # fmt: skip

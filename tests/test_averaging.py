@@ -5,13 +5,13 @@ and read back by the decoder and exporter commands."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from conftest import shared_run_folder
 
 from t2t_lite.runs import load_trained_model
@@ -27,7 +27,7 @@ TINY_STEPS, TINY_SAVE_EVERY, TINY_NUM_LAST = 8, 2, 3
 def run_module(module, *args, timeout=300):
     """`python -m module args` with TensorFlow's C++ logging quiet; the CompletedProcess."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", module, *map(str, args)],
         capture_output=True,
         text=True,
@@ -191,7 +191,7 @@ def test_shape_mismatch_names_the_variable_and_both_files(tmp_path):
 def test_command_line_writes_a_restorable_average(run_dir, tmp_path):
     averaged_dir = tmp_path / "cli"
     command = [sys.executable, "-m", "t2t_lite.avg_checkpoints", f"--output_dir={run_dir}"]
-    done = subprocess.run(
+    done = warm_python.run(
         command + ["--num_last=2", f"--averaged_dir={averaged_dir}"],
         capture_output=True,
         text=True,
@@ -209,7 +209,7 @@ def test_command_line_writes_a_restorable_average(run_dir, tmp_path):
 
 def test_command_line_reports_errors_without_a_traceback(run_dir, tmp_path):
     command = [sys.executable, "-m", "t2t_lite.avg_checkpoints", f"--output_dir={run_dir}"]
-    done = subprocess.run(
+    done = warm_python.run(
         command + ["--num_last=20", f"--averaged_dir={tmp_path}"],
         capture_output=True,
         text=True,

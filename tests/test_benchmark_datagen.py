@@ -3,9 +3,10 @@
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import warm_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_datagen.py"
 STAGES = ["reading", "vocabulary sample", "SentencePiece training", "encoding", "shuffling"]
@@ -22,7 +23,7 @@ def test_benchmark_builds_the_corpus_and_times_every_stage(tmp_path, shared_data
         f"--shared_data={shared_data}",
     ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    result = warm_python.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     raw = tmp_path / "raw"
     en = (raw / "synthetic.en-de.en").read_bytes().split(b"\n")
@@ -51,7 +52,7 @@ def test_benchmark_builds_the_corpus_and_times_every_stage(tmp_path, shared_data
         assert wall > 0 and cpu > 0 and 100 < pss <= rss <= total_rss, (stage, rows[stage])
     assert "  of which writing" in result.stdout
     # A second run reuses the corpus (same --pairs) and builds the data again.
-    again = subprocess.run(
+    again = warm_python.run(
         command + ["--quiet"], capture_output=True, text=True, timeout=300, env=env
     )
     assert again.returncode == 0, again.stderr
@@ -85,7 +86,7 @@ def test_several_sizes_of_the_french_corpus_in_one_table(tmp_path, shared_data):
         "--quiet",
     ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    result = warm_python.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr
     # English and French halves of the same news lines, 3,000 pairs (the last size).
     raw = tmp_path / "raw"
@@ -125,9 +126,9 @@ def test_clean_removes_each_sizes_files_and_bad_sizes_are_named(tmp_path, shared
         "--quiet",
     ]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    bad = subprocess.run(command + ["--pairs=1000,x"], capture_output=True, text=True, env=env)
+    bad = warm_python.run(command + ["--pairs=1000,x"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "--pairs=1000,x: give positive integers" in bad.stderr
-    result = subprocess.run(
+    result = warm_python.run(
         command + ["--pairs=1500", "--clean"], capture_output=True, text=True, timeout=600, env=env
     )
     assert result.returncode == 0, result.stderr

@@ -1,9 +1,10 @@
 """tools/benchmark_loss.py: a row per vocabulary size and batch, both ways timed."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import warm_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_loss.py"
 
@@ -13,7 +14,7 @@ def test_prints_a_row_per_vocabulary_and_batch():
         sys.executable, str(SCRIPT), "--vocab_sizes=13,50", "--tokens=64,100",
         "--target_length=8", "--calls=2", "--rounds=1",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    result = warm_python.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = re.findall(r"^\| ([\d,]+) \| ([\d,]+) \|(.*)\|$", result.stdout, re.M)
     # --tokens=100 with sentences of 8 tokens is 12 sentences: 96 target tokens.
@@ -29,7 +30,7 @@ def test_prints_a_row_per_vocabulary_and_batch():
 
 
 def test_bad_arguments_are_one_clear_line():
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, str(SCRIPT), "--vocab_sizes=1"], capture_output=True, text=True
     )
     assert result.returncode == 2

@@ -6,11 +6,11 @@ is refused in one line that says how to install it.
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 
 SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "benchmark_peer_train.py"
 TINY = [
@@ -24,7 +24,7 @@ TINY = [
 
 
 def _run(*args):
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600
     )
 

@@ -2,13 +2,13 @@
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import hparams, problems
 
@@ -28,7 +28,7 @@ SPEED = re.compile(
 def run(tmp_path_factory, shared_data):
     """(stdout, data_dir) of a quick run: first 1,000 lines of each raw file."""
     data_dir = tmp_path_factory.mktemp("benchmark")
-    result = subprocess.run(
+    result = warm_python.run(
         [
             sys.executable,
             str(SCRIPT),

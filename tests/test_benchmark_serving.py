@@ -7,11 +7,11 @@ not quality, is measured), and the request counts are small, so the run takes se
 import json
 import os
 import re
-import subprocess
 import sys
 
 import keras
 import pytest
+import warm_python
 
 from t2t_lite import hparams, problems
 from t2t_lite.export import export_model
@@ -49,7 +49,7 @@ def test_benchmark_prints_a_row_per_setting_and_concurrency(model_dir, tmp_path)
         f"--model_dir={model_dir}", f"--sentences_file={sentences}", "--requests=16",
         "--concurrency=1,4,16", "--max_batch_size=4", f"--output_json={tmp_path / 'rows.json'}",
     ]  # fmt: skip
-    result = subprocess.run(
+    result = warm_python.run(
         command, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )  # fmt: skip

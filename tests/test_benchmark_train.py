@@ -8,11 +8,11 @@ every attention block.
 """
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python
 from conftest import load_tool
 
 from t2t_lite import hparams
@@ -149,7 +149,7 @@ def test_two_cpu_replicas_split_the_sentences_and_count_the_whole_batch():
         "--steps=1", "--warmup=0", "--rounds=1", "--peak_repeats=1",
         "--configs=noxla:float32", "--cpu_replicas=2", "--product_repeats=0",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    result = warm_python.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert "2 replica(s) of 2 sentences" in out

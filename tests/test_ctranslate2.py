@@ -10,13 +10,13 @@ outputs (beam 4, no length penalty) on at least 98% of 200 inputs.
 
 import json
 import os
-import subprocess
 import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite import hparams
@@ -205,7 +205,7 @@ def test_decoder_refuses_another_problem_and_a_missing_export(reverse_export, tm
 
 
 def _command(module, *args):
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", module, *map(str, args)],
         capture_output=True, text=True, timeout=300, env=ENV,
     )  # fmt: skip

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import problems
 from t2t_lite.problems import encoding
@@ -26,7 +27,7 @@ from t2t_lite.problems.vocab import train_sentencepiece
 
 def run_datagen(*flags, env=None) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", "t2t_lite.datagen", *flags],
         capture_output=True,
         text=True,

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +19,7 @@ import pytest
 import sacrebleu
 import sacremoses
 import tensorflow as tf
+import warm_python
 from test_averaging import run_module, trained_tiny_run
 from test_decoding_model import trained_reverse_run
 
@@ -36,7 +36,7 @@ BLEU_SENTENCES = 6
 
 def run_decoder(*args, stdin=None, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", "t2t_lite.decoder", *map(str, args)],
         input=stdin,
         capture_output=True,
@@ -501,7 +501,8 @@ def test_output_lines_never_break_line_alignment(tmp_path):
 
 def test_decoding_with_another_checkpoint_writes_files_of_its_own(reverse_run, tmp_path):
     run = tmp_path / "run"
-    shutil.copytree(reverse_run, run)
+    # Without decode/: other test files write their decodes into the shared run's folder.
+    shutil.copytree(reverse_run, run, ignore=shutil.ignore_patterns("decode"))
     averaged = averaging.average_last_checkpoints(str(run), num_last=1)  # RUN/averaged/ckpt-N
     newest = os.path.basename(tf.train.latest_checkpoint(str(run)))
     lines = ["3 1 4", "1 5 9 2 6"]

@@ -11,12 +11,12 @@ models combined by the formulas of `t2t_lite.models.ensemble`:
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import hparams
 from t2t_lite.export import export_model
@@ -381,7 +381,7 @@ def test_decoder_command_names_both_runs_of_other_vocabularies(vocabulary_runs, 
     data_dir, run_a, _, run_b = vocabulary_runs
     source = tmp_path / "in.txt"
     source.write_text("A dog runs.\n", encoding="utf-8")
-    result = subprocess.run(
+    result = warm_python.run(
         [
             sys.executable, "-m", "t2t_lite.decoder", "--problem=test_ensemble:TinyEnDe",
             f"--data_dir={data_dir}", f"--output_dir={run_a},{run_b}",
@@ -413,7 +413,7 @@ def test_decoder_command_decodes_and_scores_with_an_ensemble(runs, tmp_path):
         ["--return_beams", "--beam_size=3", f"--decode_to_file={decodes}"],
         [f"--score_file={target}", f"--decode_to_file={scores}"],
     ):
-        result = subprocess.run(
+        result = warm_python.run(
             common + extra, capture_output=True, text=True, timeout=600, env=ENV
         )
         assert result.returncode == 0, result.stderr[-3000:]

@@ -9,12 +9,12 @@ import functools
 import gzip
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from tensorflow.core.protobuf import saved_model_pb2
 
 from t2t_lite import hparams, problems
@@ -159,7 +159,7 @@ def fresh(exported, reference, sentences):
         "pair": [*SHORT, LONG_INPUT],
         "pair_ids": pad_batch([encoder.encode(s) for s in [*SHORT, LONG_INPUT]]).tolist(),
     }
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-c", FRESH_PROCESS, json.dumps(args)],
         capture_output=True,
         text=True,
@@ -332,7 +332,7 @@ def test_bad_inputs_fail_with_messages(fresh):
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return warm_python.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def test_saved_model_cli_show_lists_the_signatures(exported):
@@ -457,7 +457,7 @@ def test_model_trained_under_mirrored_strategy_exports_the_same(tmp_path, senten
         "--strategy=mirrored",
         "--cpu_replicas=2",
     ]
-    result = subprocess.run(
+    result = warm_python.run(
         command,
         capture_output=True,
         text=True,

@@ -7,12 +7,12 @@ could not) and give the outputs of the in-process search.
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from serving_support import _ready, _start, _stop, predict
 from test_decoding_model import trained_reverse_run
 
@@ -80,7 +80,7 @@ def test_decoder_command_writes_the_same_outputs(run, in_process, tmp_path):
         f"--constraints_file={tmp_path / 'c.txt'}", f"--prefix_file={tmp_path / 'p.txt'}",
         "--beam_size=2",
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+    done = warm_python.run(command, capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "line 5: its constraints do not fit" in done.stdout
     records = [json.loads(line) for line in output.read_text().splitlines()]
@@ -88,7 +88,7 @@ def test_decoder_command_writes_the_same_outputs(run, in_process, tmp_path):
     assert [r["constraints_met"] for r in records] == in_process.constraints_met
     # A malformed constraints line is one clear error naming the file and line.
     (tmp_path / "c.txt").write_text('["9"]\n[]\n"1 1"\n[]\n[]\n[]\n')
-    done = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+    done = warm_python.run(command, capture_output=True, text=True, env=ENV, timeout=300)
     assert done.returncode != 0
     assert f"{tmp_path / 'c.txt'} line 3: constraints must be a JSON list" in done.stderr
     assert "Traceback" not in done.stderr

@@ -10,12 +10,12 @@ import errno
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import hparams
 from t2t_lite.runs import load_trained_model, run_dir
@@ -301,7 +301,7 @@ def test_resuming_with_another_metric_is_refused(run):
 
 
 def test_the_trainer_command_names_the_flag(tmp_path):
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", "t2t_lite.trainer", f"--output_dir={tmp_path / 'run'}",
          "--problem=algorithmic_copy", "--early_stopping=3"],
         capture_output=True, text=True, timeout=300,

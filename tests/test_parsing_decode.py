@@ -19,10 +19,10 @@ only the wiring and the equivalences. Proven here:
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+import warm_python
 
 from t2t_lite import hparams, problems
 from t2t_lite.export.exporter import METADATA_FILE
@@ -60,7 +60,7 @@ print(json.dumps({
 
 
 def _cli(*args, timeout=300):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return warm_python.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def _decoder(*flags):

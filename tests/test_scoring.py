@@ -11,12 +11,12 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import warm_python
 from test_decoding_model import trained_reverse_run
 
 from t2t_lite.inference import DecodeError, Decoder, Scorer, decode, decode_file, score_file
@@ -61,7 +61,7 @@ def teacher_forced(model, source: str, target: str) -> np.ndarray:
 
 
 def run_decoder(*args, timeout=300):
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", "t2t_lite.decoder", *map(str, args)],
         capture_output=True,
         text=True,

@@ -9,11 +9,11 @@ fails here too), and nothing leaves this machine.
 
 import http.server
 import os
-import subprocess
 import sys
 import threading
 
 import pytest
+import warm_python
 
 
 class _RefusingProxy(http.server.BaseHTTPRequestHandler):
@@ -79,7 +79,7 @@ def test_a_failed_tfds_download_is_one_line_naming_the_url_and_leaves_nothing(tm
         sys.executable, "-m", "t2t_lite.datagen", "--problem=wmt14_ende", "--source=tfds",
         f"--data_dir={data_dir}", f"--tfds_data_dir={tmp_path / 'tfds'}",
     ]  # fmt: skip
-    result = subprocess.run(
+    result = warm_python.run(
         command, capture_output=True, text=True, timeout=600,
         env=_offline_env(tmp_path, server.server_address),
     )  # fmt: skip
@@ -103,7 +103,7 @@ def test_the_headline_command_stops_with_one_line_when_the_corpus_cannot_be_fetc
         "--hparams_set=transformer_big", "--generate_data", f"--data_dir={data_dir}",
         f"--output_dir={tmp_path / 'run'}",
     ]  # fmt: skip
-    result = subprocess.run(
+    result = warm_python.run(
         command, capture_output=True, text=True, timeout=600,
         env=_offline_env(tmp_path, server.server_address),
     )  # fmt: skip
@@ -134,7 +134,7 @@ def test_a_module_the_tfds_builder_needs_but_cannot_import_is_named(tmp_path, pr
         sys.executable, "-m", "t2t_lite.datagen", "--problem=wmt14_ende", "--source=tfds",
         f"--data_dir={tmp_path / 'data'}", f"--tfds_data_dir={tmp_path / 'tfds'}",
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    result = warm_python.run(command, capture_output=True, text=True, timeout=600, env=env)
     _assert_one_clear_line(
         result, "needs the Python module 'importlib_resources'", "pip install importlib_resources"
     )

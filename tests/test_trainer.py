@@ -13,6 +13,7 @@ import time
 import keras
 import pytest
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import hparams, problems
 from t2t_lite.layers import feed_forward
@@ -348,7 +349,7 @@ def test_resume_with_another_problem_is_refused(finished_run):
 
 def _cli(*args, timeout=300, env=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
-    return subprocess.run(
+    return warm_python.run(
         [sys.executable, "-m", "t2t_lite.trainer", *args],
         capture_output=True,
         text=True,

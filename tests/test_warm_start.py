@@ -11,7 +11,6 @@ import gzip
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
+import warm_python
 
 from t2t_lite import hparams, problems
 from t2t_lite.models import build_transformer
@@ -382,7 +382,7 @@ def test_the_trainer_carries_rows_to_the_problems_vocabulary(
 
 def test_the_trainer_command_names_a_missing_source(tmp_path):
     missing = tmp_path / "no_such_run"
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", "t2t_lite.trainer", f"--output_dir={tmp_path / 'run'}",
          "--problem=algorithmic_reverse", f"--warm_start_from={missing}"],
         capture_output=True, text=True, timeout=300,

@@ -6,11 +6,11 @@ sentences independently, as `tar x` and `sacrebleu --echo` would give it.
 """
 
 import logging
-import subprocess
 import sys
 import tarfile
 
 import pytest
+import warm_python
 import wmt_archive_support as support
 
 from t2t_lite import problems
@@ -167,7 +167,7 @@ def test_archive_members_are_read_as_streams_without_extracting(ende_archives):
 
 def test_datagen_command_names_a_missing_archive_in_one_line(ende_archives, tmp_path):
     (ende_archives / "test-full.tgz").unlink()
-    result = subprocess.run(
+    result = warm_python.run(
         [
             sys.executable, "-m", "t2t_lite.datagen", "--problem=wmt14_ende",
             f"--data_dir={tmp_path / 'data'}", f"--raw_dir={ende_archives}",

@@ -7,10 +7,10 @@ archives in the real layouts, answers Range requests and can break a transfer mi
 import hashlib
 import logging
 import socket
-import subprocess
 import sys
 
 import pytest
+import warm_python
 import wmt_archive_support as support
 
 from t2t_lite import problems
@@ -190,7 +190,7 @@ def test_datagen_command_downloads_with_progress_and_says_what_failed(
         f"--data_dir={tmp_path / 'data'}", f"--raw_dir={tmp_path / 'raw'}",
         f"--vocab_size={VOCAB}", "--workers=1",
     ]  # fmt: skip
-    result = subprocess.run(
+    result = warm_python.run(
         [*command, "--download_mirror=http://127.0.0.1:9"], capture_output=True, text=True
     )
     assert result.returncode == 1
@@ -201,7 +201,7 @@ def test_datagen_command_downloads_with_progress_and_says_what_failed(
         mirror = f"--download_mirror={server.url}"
         bad = tmp_path / "BAD"
         bad.write_text(support.sha256sums(folder).replace("dev.tgz", "other.tgz"))
-        result = subprocess.run(
+        result = warm_python.run(
             [*command, "--download", mirror, f"--download_checksums={bad}"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
@@ -211,7 +211,7 @@ def test_datagen_command_downloads_with_progress_and_says_what_failed(
             "writes the lines)"
         )
         checksums = f"--download_checksums={folder / 'SHA256SUMS'}"
-        result = subprocess.run(
+        result = warm_python.run(
             [*command, "--download", mirror, checksums], capture_output=True, text=True,
             timeout=300,
         )  # fmt: skip
@@ -227,7 +227,7 @@ def test_datagen_command_downloads_with_progress_and_says_what_failed(
 @pytest.mark.slow
 @pytest.mark.parametrize("module", ["datagen", "trainer"])
 def test_help_lists_the_download_flags(module):
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", f"t2t_lite.{module}", "--help"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -239,7 +239,7 @@ def test_help_lists_the_download_flags(module):
 
 @pytest.mark.slow
 def test_trainer_refuses_download_flags_without_generate_data(tmp_path):
-    result = subprocess.run(
+    result = warm_python.run(
         [
             sys.executable, "-m", "t2t_lite.trainer", "--problem=wmt14_ende", "--download",
             f"--data_dir={tmp_path / 'data'}", f"--output_dir={tmp_path / 'run'}",

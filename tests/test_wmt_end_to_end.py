@@ -17,12 +17,12 @@ set has them.
 """
 
 import os
-import subprocess
 import sys
 
 import pytest
 import serving_support
 import tensorflow as tf
+import warm_python
 import wmt_archive_support as support
 
 from t2t_lite import problems
@@ -36,7 +36,7 @@ STEPS = 3
 
 def _command(module, *flags, timeout=600):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
+    result = warm_python.run(
         [sys.executable, "-m", f"t2t_lite.{module}", *flags],
         capture_output=True, text=True, timeout=timeout, env=env,
     )  # fmt: skip
