@@ -41,6 +41,9 @@ class HParams:
     # Optimisation (section 5.3): Adam and eq. 3.
     learning_rate: float = 1.0  # multiplies eq. 3
     warmup_steps: int = 4000
+    # The last cooldown_fraction of a run's updates scale eq. 3 down linearly towards 0
+    # (TransformerSchedule); 0 is the paper's schedule.
+    cooldown_fraction: float = 0.0
     # Optimizer updates a run makes unless --train_steps says otherwise: 100,000 for the
     # base models and 300,000 for the big ones (section 5.2).
     train_steps: int = 100_000
@@ -166,7 +169,13 @@ _LOWER_BOUNDS = (
     ("min_length_bucket", 1, False, "shortest bucket boundary"),
     ("length_bucket_step", 1.0, True, "bucket boundaries grow by this factor"),
 )
-_PROBABILITIES = ("dropout", "attention_dropout", "relu_dropout", "label_smoothing")
+_PROBABILITIES = (
+    "dropout",
+    "attention_dropout",
+    "relu_dropout",
+    "label_smoothing",
+    "cooldown_fraction",
+)
 _ADAM_BETAS = ("adam_beta1", "adam_beta2")
 
 

@@ -335,8 +335,13 @@ def _cli(*args, timeout=300):
     return warm_python.run(args, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
+# TensorFlow's `saved_model_cli` console script calls this module's main(); run as a module
+# of this Python, it is the same program whatever is on PATH.
+SAVED_MODEL_CLI = (sys.executable, "-m", "tensorflow.python.tools.saved_model_cli")
+
+
 def test_saved_model_cli_show_lists_the_signatures(exported):
-    result = _cli("saved_model_cli", "show", "--dir", exported.text_dir, "--all")
+    result = _cli(*SAVED_MODEL_CLI, "show", "--dir", exported.text_dir, "--all")
     assert result.returncode == 0, result.stderr[-2000:]
     for name in (
         "serving_default", "translate_with_options", "translate_ids", "translate_ids_with_options"
@@ -355,7 +360,7 @@ def test_saved_model_cli_run_translates_ids(exported, reference, tmp_path):
     input_ids, ids, scores, _ = reference
     np.save(tmp_path / "input_ids.npy", input_ids)
     result = _cli(
-        "saved_model_cli", "run", "--dir", exported.ids_dir, "--tag_set", "serve",
+        *SAVED_MODEL_CLI, "run", "--dir", exported.ids_dir, "--tag_set", "serve",
         "--signature_def", "translate_ids", "--inputs", f"input_ids={tmp_path / 'input_ids.npy'}",
         "--outdir", str(tmp_path / "out"),
     )  # fmt: skip
@@ -369,7 +374,7 @@ def test_saved_model_cli_run_translates_text(exported, reference, sentences, tmp
     """The symbol problem's text signature has core TensorFlow ops only: the CLI runs it."""
     _, _, scores, text = reference
     result = _cli(
-        "saved_model_cli", "run", "--dir", exported.text_dir, "--tag_set", "serve",
+        *SAVED_MODEL_CLI, "run", "--dir", exported.text_dir, "--tag_set", "serve",
         "--signature_def", "serving_default", "--input_exprs", f"sentences={json.dumps(sentences)}",
         "--outdir", str(tmp_path / "out"),
     )  # fmt: skip
@@ -591,7 +596,7 @@ def test_multi30k_sentencepiece_export_equals_the_decoder(tmp_path, shared_data)
     input_ids = pad_batch([encoder.encode(s) for s in sentences])
     np.save(tmp_path / "input_ids.npy", input_ids)
     run = _cli(
-        "saved_model_cli", "run", "--dir", result.ids_dir, "--tag_set", "serve",
+        *SAVED_MODEL_CLI, "run", "--dir", result.ids_dir, "--tag_set", "serve",
         "--signature_def", "serving_default", "--inputs", f"input_ids={tmp_path / 'input_ids.npy'}",
         "--outdir", str(tmp_path / "out"),
     )  # fmt: skip

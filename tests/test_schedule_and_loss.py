@@ -32,12 +32,34 @@ def test_schedule_is_safe_at_step_zero_and_peaks_at_warmup():
     assert rates[1] == max(rates)
 
 
+@pytest.mark.parametrize(
+    "step, factor",
+    [
+        # d_model 128, warmup 200, scale 0.5, a run of 1,000 updates cooling down over its
+        # last 800: the factor is min(1, (1000 - step) / 800).
+        (100, 1.0),  # before the cooldown: eq. 3 alone
+        (200, 1.0),  # the cooldown's first step: (1000 - 200) / 800 = 1
+        (600, 0.5),  # (1000 - 600) / 800
+        (999, 1 / 800),  # the last update's rate
+        (1000, 0.0),  # past the run (a resumed run with more steps would change the plan)
+    ],
+)
+def test_cooldown_scales_equation_3_linearly_to_zero_at_the_runs_end(step, factor):
+    # Eq. 3 by hand: 0.5 * 128^-0.5 * min(step^-0.5, step * 200^-1.5).
+    eq3 = 0.5 * 128**-0.5 * min(step**-0.5, step * 200**-1.5)
+    schedule = TransformerSchedule(128, 200, 0.5, total_steps=1000, cooldown_steps=800)
+    assert float(schedule(step)) == pytest.approx(eq3 * factor, rel=1e-5, abs=1e-12)
+    # Without a cooldown the same schedule is eq. 3.
+    assert float(TransformerSchedule(128, 200, 0.5)(step)) == pytest.approx(eq3, rel=1e-5)
+
+
 def test_schedule_serialises():
-    schedule = TransformerSchedule(1024, 8000, scale=2.0)
+    schedule = TransformerSchedule(1024, 8000, scale=2.0, total_steps=9000, cooldown_steps=300)
     restored = keras.optimizers.schedules.deserialize(
         keras.optimizers.schedules.serialize(schedule)
     )
     assert isinstance(restored, TransformerSchedule)
+    assert restored.get_config() == schedule.get_config()
     assert float(restored(123)) == pytest.approx(float(schedule(123)))
 
 

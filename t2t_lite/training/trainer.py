@@ -60,20 +60,31 @@ from t2t_lite.training.step import (
 __all__ = ["RunConfig", "train_and_evaluate"]
 
 
-def make_schedule(hp) -> TransformerSchedule:
-    """Eq. 3 with the hparams' width, warmup and scale."""
-    return TransformerSchedule(hp.hidden_size, hp.warmup_steps, hp.learning_rate)
+def make_schedule(hp, train_steps: int | None = None) -> TransformerSchedule:
+    """Eq. 3 with the hparams' width, warmup and scale, and the cooldown of a run of
+    `train_steps` updates (default: the hparams' train_steps)."""
+    total = hp.train_steps if train_steps is None else train_steps
+    return TransformerSchedule(
+        hp.hidden_size,
+        hp.warmup_steps,
+        hp.learning_rate,
+        total_steps=total,
+        cooldown_steps=round(hp.cooldown_fraction * total),
+    )
 
 
-def build_model_and_optimizer(hp, problem, data_dir, strategy):
-    """Creates the model and an Adam built on its variables, under `strategy.scope()`."""
+def build_model_and_optimizer(hp, problem, data_dir, strategy, train_steps: int | None = None):
+    """Creates the model and an Adam built on its variables, under `strategy.scope()`.
+
+    `train_steps`: the run's updates, where the schedule's cooldown ends (default: the
+    hparams' train_steps)."""
     vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
     keras.mixed_precision.set_dtype_policy(hp.dtype_policy)
     with strategy.scope():
         model = build_transformer(
             hp, vocab_size, target_vocab_size, problem.target_non_copy_ids(data_dir)
         )
-        optimizer = make_optimizer(hp, make_schedule(hp))
+        optimizer = make_optimizer(hp, make_schedule(hp, train_steps))
         optimizer.build(model.trainable_variables)
     return model, optimizer
 
@@ -177,7 +188,9 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     accumulate = accumulation_steps(hp, strategy.num_replicas_in_sync)
     printer(batching_line(hp, strategy.num_replicas_in_sync, accumulate))
 
-    model, optimizer = build_model_and_optimizer(hp, problem, config.data_dir, strategy)
+    model, optimizer = build_model_and_optimizer(
+        hp, problem, config.data_dir, strategy, config.train_steps
+    )
     checkpoint_dir, is_chief = worker_dirs(strategy, config.output_dir)
     _, manager, latest = resume_or_start(
         model, optimizer, checkpoint_dir, config.output_dir, config.keep_checkpoints, printer
@@ -223,7 +236,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         optimizer=optimizer,
         manager=manager,
         step_fns=step_fns,
-        schedule=make_schedule(hp),
+        schedule=make_schedule(hp, config.train_steps),
         compile_log=CompileLog(step_fns, xla, buckets, printer),
         progress=Progress(config.train_steps, step, printer, deadline=deadline),
         iterator=iter(train_data(problem, config, hp, strategy, step, pad_to_bucket=xla)),
