@@ -73,18 +73,17 @@ def make_schedule(hp, train_steps: int | None = None) -> TransformerSchedule:
     )
 
 
-def build_model_and_optimizer(hp, problem, data_dir, strategy, train_steps: int | None = None):
+def build_model_and_optimizer(hp, problem, data_dir, strategy, schedule=None):
     """Creates the model and an Adam built on its variables, under `strategy.scope()`.
 
-    `train_steps`: the run's updates, where the schedule's cooldown ends (default: the
-    hparams' train_steps)."""
+    `schedule`: the run's learning rate (default: `make_schedule(hp)`)."""
     vocab_size, target_vocab_size = problem.vocab_sizes(data_dir)
     keras.mixed_precision.set_dtype_policy(hp.dtype_policy)
     with strategy.scope():
         model = build_transformer(
             hp, vocab_size, target_vocab_size, problem.target_non_copy_ids(data_dir)
         )
-        optimizer = make_optimizer(hp, make_schedule(hp, train_steps))
+        optimizer = make_optimizer(hp, schedule or make_schedule(hp))
         optimizer.build(model.trainable_variables)
     return model, optimizer
 
@@ -188,9 +187,9 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
     accumulate = accumulation_steps(hp, strategy.num_replicas_in_sync)
     printer(batching_line(hp, strategy.num_replicas_in_sync, accumulate))
 
-    model, optimizer = build_model_and_optimizer(
-        hp, problem, config.data_dir, strategy, config.train_steps
-    )
+    # One schedule: the optimizer applies it, the log reports it.
+    schedule = make_schedule(hp, config.train_steps)
+    model, optimizer = build_model_and_optimizer(hp, problem, config.data_dir, strategy, schedule)
     checkpoint_dir, is_chief = worker_dirs(strategy, config.output_dir)
     _, manager, latest = resume_or_start(
         model, optimizer, checkpoint_dir, config.output_dir, config.keep_checkpoints, printer
@@ -236,7 +235,7 @@ def _set_up(config: RunConfig, hp, printer) -> _Run:
         optimizer=optimizer,
         manager=manager,
         step_fns=step_fns,
-        schedule=make_schedule(hp, config.train_steps),
+        schedule=schedule,
         compile_log=CompileLog(step_fns, xla, buckets, printer),
         progress=Progress(config.train_steps, step, printer, deadline=deadline),
         iterator=iter(train_data(problem, config, hp, strategy, step, pad_to_bucket=xla)),
