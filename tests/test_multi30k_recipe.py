@@ -63,3 +63,12 @@ def test_the_reported_rate_is_the_median_of_the_logged_rates(recipe, tmp_path):
     writer.close()
     assert recipe._median_tokens_per_sec(str(tmp_path)) == 3000.0
     assert recipe._median_tokens_per_sec(str(tmp_path / "none")) is None
+
+
+def test_splits_default_to_both_and_val_alone_leaves_the_test_set_unread(recipe, capsys):
+    base = ["--raw_dir=r", "--work_dir=w"]
+    assert recipe._arguments(base).splits == ["test_2016_flickr", "val"]
+    assert recipe._arguments(base + ["--splits=val"]).splits == ["val"]
+    with pytest.raises(SystemExit):
+        recipe._arguments(base + ["--splits=val,test_2017"])
+    assert "--splits: unknown ['test_2017']; known: test_2016_flickr, val" in capsys.readouterr().err

@@ -7,7 +7,8 @@
    saving a checkpoint every `--save_every` updates, in the set's precision or the one
    `--dtype_policy` names (`auto`: `mixed_bfloat16` where the CPU multiplies bfloat16 natively);
 3. averaging the last `--num_last` checkpoints;
-4. beam decoding (beam 4, alpha 0.6) of test_2016_flickr and val with the averaged model;
+4. beam decoding (beam 4, alpha 0.6) of test_2016_flickr and val with the averaged model
+   (`--splits=val` decodes val alone: choices made on val never see the test set);
 5. sacreBLEU with its signature (and the paper's tokenized BLEU), printed as a table and
    written to WORK_DIR/results.json.
 """
@@ -42,11 +43,20 @@ def _arguments(argv):
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--splits", default=",".join(SPLITS),
+        help=f"comma-separated splits to decode, of {', '.join(SPLITS)}",
+    )
+    parser.add_argument(
         "--dtype_policy", default="set", choices=["set", "auto", "float32", "mixed_bfloat16"],
         help="set: the hparams set's own policy; auto: mixed_bfloat16 on a CPU with bfloat16 "
         "instructions and no GPU, else the set's policy",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.splits = [name for name in args.splits.split(",") if name]
+    unknown = sorted(set(args.splits) - set(SPLITS))
+    if unknown or not args.splits:
+        parser.error(f"--splits: unknown {unknown or 'empty'}; known: {', '.join(SPLITS)}")
+    return args
 
 
 def _plain_copy(raw_dir: str, name: str, folder: str) -> str:
@@ -153,7 +163,7 @@ def run(args) -> dict:
         trained.problem, trained.hp, beam_size=args.beam_size, alpha=args.alpha
     )
     decoder = decode.Decoder(trained, data_dir, config, batch_size=64)
-    for stem in SPLITS:
+    for stem in args.splits:
         source = _plain_copy(args.raw_dir, f"{stem}.en", text_dir)
         reference = _plain_copy(args.raw_dir, f"{stem}.de", text_dir)
         output = os.path.join(args.work_dir, f"{stem}.hyp.de")
