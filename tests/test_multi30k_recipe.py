@@ -71,4 +71,6 @@ def test_splits_default_to_both_and_val_alone_leaves_the_test_set_unread(recipe,
     assert recipe._arguments(base + ["--splits=val"]).splits == ["val"]
     with pytest.raises(SystemExit):
         recipe._arguments(base + ["--splits=val,test_2017"])
-    assert "--splits: unknown ['test_2017']; known: test_2016_flickr, val" in capsys.readouterr().err
+    assert (
+        "--splits: unknown ['test_2017']; known: test_2016_flickr, val" in capsys.readouterr().err
+    )
