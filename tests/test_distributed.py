@@ -242,9 +242,11 @@ def test_evaluation_on_two_replicas_sums_the_whole_batch(initial_weights):
     dataset = tf.data.Dataset.from_tensors(batches[0]).concatenate(
         tf.data.Dataset.from_tensors(batches[1])
     )
-    batch = next(iter(strategy.distribute_datasets_from_function(lambda _: dataset)))
+    distributed = strategy.distribute_datasets_from_function(lambda _: dataset)
+    batch = next(iter(distributed))
     step = TrainStep(model, optimizer, strategy, HP.label_smoothing)
-    result = {key: float(value) for key, value in step.evaluate(batch).items()}
+    evaluate = step.evaluate_for(distributed.element_spec)
+    result = {key: float(value) for key, value in evaluate(batch).items()}
     expected, _ = _reference_statistics(
         _model(tf.distribute.get_strategy(), initial_weights), _batch(parts[0] + parts[1])
     )

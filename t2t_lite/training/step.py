@@ -165,7 +165,7 @@ class TrainStep:
             tf.zeros([0, 3], tf.int32), shape=tf.TensorShape([None, 3]), trainable=False
         )
         self.train = tf.function(self._train_fn, autograph=False)
-        self.evaluate = tf.function(self._evaluate_fn, reduce_retracing=True, autograph=False)
+        self._evaluate = None  # (element spec, its tf.function), made by evaluate_for
 
     def skipped_updates(self, step: int) -> int:
         """How many of the `step` updates run so far float16 loss scaling skipped.
@@ -271,6 +271,19 @@ class TrainStep:
         context = tf.distribute.get_replica_context()
         return dict(zip(EVAL_KEYS, context.all_reduce(SUM, [stats[k] for k in EVAL_KEYS])))
 
+    def evaluate_for(self, element_spec):
+        """The evaluation function of batches of `element_spec` (a distributed dataset's).
+
+        Traced once for every batch shape: the spec's batch and length axes are None, where
+        tracing on the first batches met would trace twice (their shapes, then a relaxed one).
+        """
+        if self._evaluate is None or self._evaluate[0] != element_spec:
+            function = tf.function(
+                self._evaluate_fn, input_signature=[element_spec], autograph=False
+            )
+            self._evaluate = (element_spec, function)
+        return self._evaluate[1]
+
     def _evaluate_fn(self, batch):
         result = self.strategy.run(self._replica_evaluate, args=(batch,))
         return {
@@ -281,10 +294,12 @@ class TrainStep:
 def evaluate(step_fns, dataset, strategy, eval_steps: int) -> dict:
     """Sums the token statistics over the dev batches; returns loss, accuracy, perplexity."""
     totals = dict.fromkeys(EVAL_KEYS, 0.0)
-    for count, batch in enumerate(strategy.experimental_distribute_dataset(dataset)):
+    batches = strategy.experimental_distribute_dataset(dataset)
+    evaluate_batch = step_fns.evaluate_for(batches.element_spec)
+    for count, batch in enumerate(batches):
         if eval_steps and count >= eval_steps:
             break
-        for key, value in step_fns.evaluate(batch).items():
+        for key, value in evaluate_batch(batch).items():
             totals[key] += float(value)
     tokens = max(totals["tokens"], 1.0)
     return {
