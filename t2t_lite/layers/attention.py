@@ -22,7 +22,9 @@ class MultiHeadAttention(keras.layers.Layer):
     Three ways to call it:
     - full: `layer(query, value, attention_mask=m)`; `value=None` means self-attention.
     - precomputed keys/values: `layer(query, key_value=layer.compute_key_value(memory))`,
-      for encoder-decoder attention while decoding (projected once per sentence).
+      for encoder-decoder attention while decoding (projected once per sentence). With a
+      query of one position, the keys, values and mask may be those of B sentences for
+      B * g query rows, g consecutive rows a sentence (a beam's hypotheses).
     - cached self-attention step: `layer(x, cache=c, cache_index=i, attention_mask=m)`
       with x [B, 1, D] and c = {"key", "value"} of [B, H, L, Dh]. The new key/value is
       scattered into slot i (no dynamic slicing, no growing tensors), so shapes are static
@@ -143,11 +145,14 @@ class MultiHeadAttention(keras.layers.Layer):
                 "MultiHeadAttention: return_attention is for full calls; a cached step "
                 "does not return probabilities"
             )
-        query_heads = _heads_first(self._project(self.query_dense, query))  # [B, H, Tq, Dh]
-        query_heads = query_heads * ops.cast(self.head_size**-0.5, query_heads.dtype)
+        projected = self._project(self.query_dense, query)  # [B, Tq, H, Dh]
+        projected = projected * ops.cast(self.head_size**-0.5, projected.dtype)
         if key_value is None:
             key_value = self.compute_key_value(query if value is None else value)
         key, value_heads = key_value["key"], key_value["value"]  # [B, H, Tk, Dh]
+        if cache is None and key_value is not None and query.shape[1] == 1 and not return_attention:
+            return self._attend_grouped(projected, key, value_heads, attention_mask, training)
+        query_heads = _heads_first(projected)  # [B, H, Tq, Dh]
 
         new_cache = None
         if cache is not None:
@@ -179,6 +184,29 @@ class MultiHeadAttention(keras.layers.Layer):
         dropped = self.attention_dropout(weights, training=training)
         context = ops.transpose(ops.einsum("bhqt,bhtk->bhqk", dropped, value), (0, 2, 1, 3))
         return self._project(self.output_dense, context), weights  # [B, Tq, D]
+
+    def _attend_grouped(self, query, key, value, attention_mask, training):
+        """One query per row over keys shared by groups of consecutive rows: [N, 1, D].
+
+        query [N, 1, H, Dh] (projected and scaled) for N = B * g rows, where rows b * g ..
+        b * g + g - 1 (the hypotheses of sentence b in a beam search) read key and value
+        [B, H, Tk, Dh] and attention_mask [B, 1, Tk] of row b (g = 1: one row each). A
+        group's queries are the g rows of one product over its keys: keys and values are
+        read once per sentence, not once per hypothesis.
+        """
+        batch = ops.shape(key)[0]
+        group = ops.shape(query)[0] // batch
+        grouped = ops.reshape(query, (batch, group, self.num_heads, self.head_size))
+        grouped = ops.transpose(grouped, (0, 2, 1, 3))  # [B, H, g, Dh]
+        scores = ops.cast(ops.einsum("bhqk,bhtk->bhqt", grouped, key), "float32")  # [B, H, g, Tk]
+        if attention_mask is not None:
+            mask = ops.cast(attention_mask, "bool")[:, None, :, :]  # [B, 1, 1, Tk]
+            scores = ops.where(mask, scores, _MASKED_LOGIT)
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        dropped = self.attention_dropout(weights, training=training)
+        context = ops.transpose(ops.einsum("bhqt,bhtk->bhqk", dropped, value), (0, 2, 1, 3))
+        context = ops.reshape(context, (-1, 1, self.num_heads, self.head_size))  # [N, 1, H, Dh]
+        return self._project(self.output_dense, context)
 
     def get_config(self):
         config = super().get_config()

@@ -3,8 +3,8 @@ sampling) through the model's cached `decode_step`.
 
 The cache is split (`model.split_cache`) into what a step changes (the self-attention
 keys and values) and what it does not (the encoder-decoder keys and values, the encoder
-mask). Beam search tiles the constant part over the beams once, and reorders only the
-changing part by parent hypothesis after every step.
+mask). Beam search reorders only the changing part by parent hypothesis after every step;
+the constant part stays one per sentence (`model.beam_constants`).
 
 A sentence's output does not depend on the batch it is decoded in: each row generates at
 most its own length (EOS included) + `extra_length` tokens, as it would alone, and stops
@@ -34,9 +34,9 @@ def row_limits(inputs, extra_length: int):
 def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_block=None):
     """Encodes `inputs` once: (step function, start ids [B], states, decode length, limits [B]).
 
-    `states` is the changing part of the cache, [B, ...]; the constant part is tiled to
-    B * beam_size rows (row b * beam_size + k for beam k of row b, the searches' order)
-    and read by the step function. The decode length (the loop's bound) is the batch's
+    `states` is the changing part of the cache, [B, ...]; the constant part, read by the
+    step function, is the model's `beam_constants` for `beam_size` (row b * beam_size + k
+    is beam k of row b, the searches' order). The decode length (the loop's bound) is the batch's
     width + extra_length; each row stops at its own length + extra_length (`row_limits`).
 
     `cache_block`: None gives the self-attention cache all decode-length slots from the
@@ -51,8 +51,7 @@ def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_bl
     states, constants = model.split_cache(cache)
     if cache_block is not None:
         states = _growable(states)
-    if beam_size > 1:
-        constants = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), constants)
+    constants = model.beam_constants(constants, beam_size)
     start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
 
     def step(ids, i, states):
