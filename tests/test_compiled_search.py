@@ -2,8 +2,8 @@
 
 The `Translator` and an exported `BeamSearcher` run the same `SearchFunction`; both must
 compile it with XLA and give the same ids and scores on the same inputs. XLA pads the source
-width (`WIDTH_STEP`) and tiles the encoder-decoder keys and values once instead of
-reordering them every step: neither may change a hypothesis.
+width (`WIDTH_STEP`), and every search keeps the encoder-decoder keys and values one per
+sentence rather than one per hypothesis: neither may change a hypothesis.
 """
 
 import keras
@@ -81,7 +81,7 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_xla_search_equals_the_graph_search(method):
-    """XLA (padded width, tiled constants) finds the graph search's hypotheses."""
+    """XLA (padded width, fixed shapes) finds the graph search's hypotheses."""
     model, _ = random_model(seed=5)
     config = SearchConfig(method=method, beam_size=4, alpha=0.6, extra_length=6)
     compiled_translator = Translator(model, config, jit_compile=True)
