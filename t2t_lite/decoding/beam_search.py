@@ -33,10 +33,8 @@ Loop state (`_BeamState`), with N = B * beam_size and L = decode_length + 1:
     finished_seq     [B, beam, L] int32   zeros after EOS and in empty slots.
     finished_scores  [B, beam] float32    length-normalised scores, best first; NEG_INF when empty.
     finished_flags   [B, beam] bool       True where the slot holds a hypothesis ended by EOS.
-    states           nest of [N, ...]     the caller's states, tiled over beams; row n is the
-                                          state of alive hypothesis n's parent.
-    parents          [N] int32            the row of `states` that alive hypothesis n extends:
-                                          the next step gathers the states by it first.
+    states           nest of [N, ...]     the caller's states, tiled over beams and gathered
+                                          along axis 0 by the parent beam of each alive hypothesis.
     constraint_states nest of [N, ...]    the step constraint's states, kept the same way and
                                           advanced by each alive hypothesis's new token ({}
                                           without a constraint).
@@ -90,7 +88,6 @@ class _BeamState(NamedTuple):
     finished_scores: tf.Tensor  # [B, beam] float32
     finished_flags: tf.Tensor  # [B, beam] bool
     states: Any  # nest of [B * beam, ...]
-    parents: tf.Tensor  # [B * beam] int32
     constraint_states: Any  # nest of [B * beam, ...]
 
 
@@ -205,7 +202,6 @@ def _initial_state(
         finished_flags=tf.zeros([batch, beam_size], tf.bool),
         # Row b * beam + k of every state is beam k of batch row b.
         states=tf.nest.map_structure(lambda s: tf.repeat(s, beam_size, axis=0), states or {}),
-        parents=tf.range(batch * beam_size),
         constraint_states=tf.nest.map_structure(
             lambda s: tf.repeat(s, beam_size, axis=0),
             constraint.initial_state() if constraint is not None else {},
@@ -257,7 +253,7 @@ def _grow_candidates(state: _BeamState, search: _Search) -> tuple[tf.Tensor, ...
         search.symbols_to_logits_fn,
         flat_seq,
         state.i,
-        current_states(state),
+        state.states,
         search.use_states,
         search.padded_ids,
         vocab_size,
@@ -321,21 +317,9 @@ def _select_alive(
         lengths=state.lengths + 1,
         alive_seq=alive_seq,
         alive_log_probs=tf.gather(log_probs, keep, batch_dims=1),
-        states=new_states,
-        parents=flat_parent,
+        states=tf.nest.map_structure(lambda s: tf.gather(s, flat_parent, axis=0), new_states),
         constraint_states=constraint_states,
     )
-
-
-def current_states(state: _BeamState) -> Any:
-    """The states of the alive hypotheses: the last step's, gathered by parent.
-
-    The search gathers them here, at the start of the step that reads them, rather than at
-    the end of the step that chose the parents: the gathered copy then has no other reader,
-    so a step function that writes a slot of it (the decoder's cache) writes in place, where
-    it would otherwise copy the whole buffer.
-    """
-    return tf.nest.map_structure(lambda s: tf.gather(s, state.parents, axis=0), state.states)
 
 
 def _merge_finished(

@@ -44,7 +44,6 @@ from t2t_lite.decoding.beam_search import (
     _Search,
     _select_alive,
     _validate,
-    current_states,
 )
 from t2t_lite.decoding.phrase_tracker import PhraseTracker
 from t2t_lite.decoding.prefix import PrefixConstraint
@@ -186,7 +185,7 @@ def _grow_by_banks(state: _BeamState, search: _Search, limits: tf.Tensor) -> tup
     batch = tf.shape(state.alive_seq)[0]
     flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [N, L]
     log_probs, new_states = step_log_probs(
-        search.symbols_to_logits_fn, flat_seq, state.i, current_states(state), search.use_states,
+        search.symbols_to_logits_fn, flat_seq, state.i, state.states, search.use_states,
         search.padded_ids, vocab_size,
     )  # fmt: skip
     allowed, bank = _allowed(state, search, limits)
