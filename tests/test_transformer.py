@@ -278,6 +278,19 @@ def test_source_pointer_reads_the_next_source_token_to_copy():
     np.testing.assert_array_equal(pointed[0], encoder_output[0, [0, 0, 1, 1, 2, 2, 2]])
 
 
+def test_source_pointer_rows_of_a_beam_read_their_sentence():
+    # Two sentences of 3 positions, 3 hypotheses each (rows 0-2 sentence 0, rows 3-5
+    # sentence 1): row n reads sentence n // 3 at its own position, clipped to the last.
+    encoder_output = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    positions = np.array([[0], [2], [5], [1], [0], [2]], np.int32)
+    pointed = np.asarray(source_pointer.read(encoder_output, positions))
+    expected = [encoder_output[n // 3, min(p, 2)] for n, (p,) in enumerate(positions.tolist())]
+    np.testing.assert_array_equal(pointed[:, 0], np.stack(expected))
+    # The same as reading an encoder output repeated for every hypothesis.
+    repeated = np.asarray(source_pointer.read(np.repeat(encoder_output, 3, axis=0), positions))
+    np.testing.assert_array_equal(pointed, repeated)
+
+
 def test_source_pointer_cached_decoding_equals_full_decoding_and_uses_the_source():
     hp = _tiny(source_pointer=True, normalize_first=True)
     model = build_transformer(hp, VOCAB, None, BRACKETS)

@@ -67,23 +67,6 @@ class CachedDecoding:
                 constants[key] = value
         return moving, constants
 
-    @staticmethod
-    def beam_constants(constants, beam_size: int):
-        """`constants` of B sentences for a search of `beam_size` hypotheses each.
-
-        The encoder-decoder keys and values and the encoder mask stay one per sentence:
-        the encoder-decoder attention of a step groups the hypotheses of a sentence as the
-        queries of one product over its keys (`MultiHeadAttention`), so they are never
-        copied per hypothesis. The encoder output that a source pointer reads at each
-        hypothesis's own position is repeated, row b * beam_size + k for hypothesis k.
-        """
-        if beam_size == 1:
-            return constants
-        tiled = dict(constants)
-        if "encoder_output" in tiled:
-            tiled["encoder_output"] = ops.repeat(tiled["encoder_output"], beam_size, axis=0)
-        return tiled
-
     def decode_step(self, ids, i, cache, constants=None):
         """One cached decoder step (eval mode): feeds `ids` at position i.
 
@@ -93,8 +76,9 @@ class CachedDecoding:
             i: scalar int, the position, 0 <= i < L.
             cache: from `init_cache` or the previous step; or, with `constants`, the
                 `moving` part of `split_cache`.
-            constants: None, or the `constants` part of `split_cache`, for B sentences
-                whose B * k hypotheses are the rows of `ids` (k from 1; `beam_constants`).
+            constants: None, or the `constants` part of `split_cache`, of B sentences
+                whose B * k hypotheses (k consecutive rows a sentence) are the rows of `ids`:
+                the constants are never copied per hypothesis.
 
         Returns:
             (float32 logits [B, V_target] for position i, the cache with slot i filled);

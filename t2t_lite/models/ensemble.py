@@ -126,13 +126,6 @@ class Ensemble:
         parts = [model.split_cache(each) for model, each in zip(self.models, cache)]
         return tuple(moving for moving, _ in parts), tuple(constant for _, constant in parts)
 
-    def beam_constants(self, constants, beam_size: int):
-        """Every model's constant part for `beam_size` hypotheses a sentence."""
-        return tuple(
-            model.beam_constants(constant, beam_size)
-            for model, constant in zip(self.models, constants)
-        )
-
     def decode_step(self, ids, i, cache, constants=None):
         """One cached step of every model: (combined log-probabilities [B, V], new caches).
 

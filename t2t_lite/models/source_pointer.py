@@ -27,7 +27,15 @@ def copies(ids, table):
 
 
 def read(encoder_output, positions):
-    """encoder_output [B, S, D] at positions [B, T] (clipped to S - 1) -> [B, T, D]."""
-    last = ops.shape(encoder_output)[1] - 1
-    index = ops.minimum(positions, last)[:, :, None]  # [B, T, 1]
-    return ops.take_along_axis(encoder_output, index, axis=1)
+    """encoder_output [B, S, D] at positions [N, T] (clipped to S - 1) -> [N, T, D].
+
+    N = B * g: rows n * g .. n * g + g - 1 read sentence n (a beam's hypotheses share their
+    sentence's encoder output; g = 1 in training). One gather of N x T vectors from the
+    [B * S, D] rows, so the encoder output is neither copied per hypothesis nor rearranged.
+    """
+    batch, length = ops.shape(encoder_output)[0], ops.shape(encoder_output)[1]
+    rows = ops.shape(positions)[0]
+    sentence = ops.cast(ops.arange(rows) // ops.maximum(rows // ops.maximum(batch, 1), 1), "int32")
+    index = sentence[:, None] * length + ops.minimum(ops.cast(positions, "int32"), length - 1)
+    flat = ops.reshape(encoder_output, (-1, ops.shape(encoder_output)[2]))  # [B * S, D]
+    return ops.take(flat, index, axis=0)  # [N, T, D]

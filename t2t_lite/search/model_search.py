@@ -3,8 +3,9 @@ sampling) through the model's cached `decode_step`.
 
 The cache is split (`model.split_cache`) into what a step changes (the self-attention
 keys and values) and what it does not (the encoder-decoder keys and values, the encoder
-mask). Beam search reorders only the changing part by parent hypothesis after every step;
-the constant part stays one per sentence (`model.beam_constants`).
+mask, the encoder output). Beam search reorders only the changing part by parent hypothesis
+after every step; the constant part stays one per sentence, read by the hypotheses of a
+sentence together.
 
 A sentence's output does not depend on the batch it is decoded in: each row generates at
 most its own length (EOS included) + `extra_length` tokens, as it would alone, and stops
@@ -31,12 +32,12 @@ def row_limits(inputs, extra_length: int):
     return lengths + extra_length
 
 
-def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_block=None):
+def search_inputs(model, inputs, extra_length: int, cache_block=None):
     """Encodes `inputs` once: (step function, start ids [B], states, decode length, limits [B]).
 
     `states` is the changing part of the cache, [B, ...]; the constant part, read by the
-    step function, is the model's `beam_constants` for `beam_size` (row b * beam_size + k
-    is beam k of row b, the searches' order). The decode length (the loop's bound) is the batch's
+    step function, stays [B, ...] for every beam size (row b * beam_size + k of a step is
+    beam k of row b, the searches' order). The decode length (the loop's bound) is the batch's
     width + extra_length; each row stops at its own length + extra_length (`row_limits`).
 
     `cache_block`: None gives the self-attention cache all decode-length slots from the
@@ -51,7 +52,6 @@ def search_inputs(model, inputs, extra_length: int, beam_size: int = 1, cache_bl
     states, constants = model.split_cache(cache)
     if cache_block is not None:
         states = _growable(states)
-    constants = model.beam_constants(constants, beam_size)
     start = tf.zeros([tf.shape(inputs)[0]], tf.int32)
 
     def step(ids, i, states):
@@ -117,7 +117,7 @@ def model_beam_search(
     `cache_block`: grow the self-attention cache in blocks (`search_inputs`); None: full size.
     """
     step, start, states, decode_length, limits = search_inputs(
-        model, inputs, extra_length, beam_size, cache_block
+        model, inputs, extra_length, cache_block
     )
     vocab_size = model.target_vocab_size or model.vocab_size
     return beam_search(
@@ -150,9 +150,7 @@ def model_guided_search(
         every phrase of its row).
     """
     phrases, phrase_lengths, prefix, prefix_lengths = guidance
-    step, start, states, decode_length, limits = search_inputs(
-        model, inputs, extra_length, beam_size
-    )
+    step, start, states, decode_length, limits = search_inputs(model, inputs, extra_length)
     return lexically_constrained_beam_search(
         step,
         start,
