@@ -197,16 +197,8 @@ class MultiHeadAttention(keras.layers.Layer):
         batch = ops.shape(key)[0]
         group = ops.shape(query)[0] // batch
         grouped = ops.reshape(query, (batch, group, self.num_heads, self.head_size))
-        grouped = ops.transpose(grouped, (0, 2, 1, 3))  # [B, H, g, Dh]
-        scores = ops.cast(ops.einsum("bhqk,bhtk->bhqt", grouped, key), "float32")  # [B, H, g, Tk]
-        if attention_mask is not None:
-            mask = ops.cast(attention_mask, "bool")[:, None, :, :]  # [B, 1, 1, Tk]
-            scores = ops.where(mask, scores, _MASKED_LOGIT)
-        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-        dropped = self.attention_dropout(weights, training=training)
-        context = ops.transpose(ops.einsum("bhqt,bhtk->bhqk", dropped, value), (0, 2, 1, 3))
-        context = ops.reshape(context, (-1, 1, self.num_heads, self.head_size))  # [N, 1, H, Dh]
-        return self._project(self.output_dense, context)
+        output, _ = self._attend(_heads_first(grouped), key, value, attention_mask, training)
+        return ops.reshape(output, (-1, 1, self.hidden_size))  # [B, g, D] -> [N, 1, D]
 
     def get_config(self):
         config = super().get_config()
