@@ -1,6 +1,6 @@
 """A self-attention cache grown in blocks finds the hypotheses of the full-size cache.
 
-A constrained search outside XLA starts the decoder's self-attention cache at
+A search outside XLA starts the decoder's self-attention cache at
 `CACHE_BLOCK` positions and adds a block whenever a step reaches its end
 (`model_search.search_inputs(cache_block=...)`), so a step's work follows the length decoded
 so far. Masked slots get zero attention weight, so the search must find the same
@@ -23,6 +23,7 @@ from t2t_lite.search import (
     SearchConfig,
     Translator,
     compiled,
+    guidance_batch,
     model_beam_search,
     model_search,
     pad_batch,
@@ -70,11 +71,12 @@ def test_a_grown_cache_finds_the_full_size_caches_hypotheses(constrained, block)
         assert np.all(full_scores.numpy()[:, 0] > -1e8), "every row finds a hypothesis"
 
 
-def test_the_translator_grows_the_cache_of_constrained_searches_only(monkeypatch):
+def test_the_translator_grows_the_cache_of_every_search_outside_xla(monkeypatch):
     monkeypatch.setattr(compiled, "CACHE_BLOCK", 4)
     model = random_model(seed=7)
     constraint = TreeConstraint(PIECES, "word", max_open_run=3)
-    config = SearchConfig(beam_size=4, alpha=0.6, extra_length=40)
+    beam = SearchConfig(beam_size=4, alpha=0.6, extra_length=40)
+    greedy = SearchConfig("greedy", extra_length=40)
     sizes = []  # the cache size each step reads, as the search runs
     decode_step = model.decode_step
 
@@ -87,19 +89,35 @@ def test_the_translator_grows_the_cache_of_constrained_searches_only(monkeypatch
     model.decode_step = recording_step
     batch = sentences(seed=8)[0]
     decode_length = batch.shape[1] + 40
-    for constraint_or_none in (constraint, None):
+    prefixes = [[9, 10], [11], [12, 13, 14]]
+    guidance = guidance_batch([[] for _ in prefixes], prefixes)
+    full_size = {  # each search's ids with the cache of the whole maximum length
+        "tree": lambda: model_beam_search(model, batch, 4, 0.6, 40, constraint=constraint)[0],
+        "beam": lambda: model_beam_search(model, batch, 4, 0.6, 40)[0],
+        "greedy": lambda: model_search.model_greedy_search(model, batch, greedy)[0][:, None],
+        "guided": lambda: model_search.model_guided_search(model, batch, 4, 0.6, 40, guidance)[0],
+    }
+    searches = {
+        "tree": lambda: Translator(model, beam, jit_compile=False, constraint=constraint).search(
+            batch
+        )[0],
+        "beam": lambda: Translator(model, beam, jit_compile=False).search(batch)[0],
+        "greedy": lambda: Translator(model, greedy, jit_compile=False).search(batch)[0],
+        "guided": lambda: Translator(model, beam, jit_compile=False).search_guided(batch, guidance)[
+            0
+        ],
+    }
+    for name, search in searches.items():
         sizes.clear()
-        translator = Translator(model, config, jit_compile=False, constraint=constraint_or_none)
-        ids, _ = translator.search(batch)
-        if constraint_or_none is None:
-            assert set(sizes) == {decode_length}
-        else:  # slots 0..i are needed at step i, in blocks of 4
-            assert sizes == [min(4 * (i // 4 + 1), decode_length) for i in range(len(sizes))]
-            assert 4 < len(sizes) < decode_length
-        full, _ = model_beam_search(
-            model, tf.constant(batch), 4, 0.6, 40, constraint=constraint_or_none
-        )
-        np.testing.assert_array_equal(ids.numpy(), full.numpy())
+        ids = search()
+        # Slots 0..i are needed at step i, in blocks of 4.
+        assert sizes == [min(4 * (i // 4 + 1), decode_length) for i in range(len(sizes))], name
+        assert len(sizes) > 4, name
+        sizes.clear()
+        np.testing.assert_array_equal(ids.numpy(), full_size[name]().numpy(), err_msg=name)
+        assert set(sizes) == {decode_length}, name
+    # Under XLA the cache keeps its full, static size.
+    assert Translator(model, beam, jit_compile=True).function._cache_block() is None
 
 
 def test_grown_adds_a_block_of_zero_slots_when_a_step_reaches_the_end():

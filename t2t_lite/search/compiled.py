@@ -22,11 +22,11 @@ from t2t_lite.search.model_search import model_beam_search, model_greedy_search,
 
 # Source widths are padded up to a multiple of this under XLA (one compilation per step).
 WIDTH_STEP = 8
-# A constrained search without XLA grows its self-attention cache in blocks of this many
-# positions: its problems' maximum lengths (parsing: input + 300) are several times what
-# most outputs take, and each step's cache reads, writes and reordering scale with the
-# cache's size. Unconstrained searches keep the full-size cache.
-CACHE_BLOCK = 32
+# Outside XLA a search grows its self-attention cache in blocks of this many positions:
+# the maximum decode length (input + extra_length: + 50 for translation, + 300 for parsing)
+# is several times what most outputs take, and each step's cache reads, writes and
+# reordering scale with the cache's size. XLA keeps the full-size cache (static shapes).
+CACHE_BLOCK = 16
 
 # The search's inputs, as every caller of a `SearchFunction` declares them.
 SEARCH_SIGNATURE = (
@@ -113,7 +113,7 @@ class SearchFunction:
         def branch(size):
             return lambda: model_guided_search(
                 self.model, input_ids, size, alpha, self.config.extra_length, guidance,
-                self.config.stop_early,
+                self.config.stop_early, cache_block=CACHE_BLOCK,
             )  # fmt: skip
 
         if len(self.beam_sizes) == 1:
@@ -143,6 +143,10 @@ class SearchFunction:
             ids, scores = tf.switch_case(index, branches)
         return ids[:, :, : width + self.config.extra_length + 1], scores
 
+    def _cache_block(self):
+        """CACHE_BLOCK in a TensorFlow graph; None (the full-size cache) under XLA."""
+        return None if self.jit_compile else CACHE_BLOCK
+
     def _branch(self, input_ids, beam_size: int, alpha):
         """One beam size's search: ids [B, S] -> (ids [B, K, S + extra + 1], scores [B, K])."""
         config = self.config
@@ -155,7 +159,7 @@ class SearchFunction:
                 config.extra_length,
                 config.stop_early,
                 constraint=self.constraint,
-                cache_block=None if self.jit_compile or self.constraint is None else CACHE_BLOCK,
+                cache_block=self._cache_block(),
             )
-        ids, scores = model_greedy_search(self.model, input_ids, config)
+        ids, scores = model_greedy_search(self.model, input_ids, config, self._cache_block())
         return ids[:, None, :], scores[:, None]

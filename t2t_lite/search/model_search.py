@@ -136,12 +136,20 @@ def model_beam_search(
 
 
 def model_guided_search(
-    model, inputs, beam_size: int, alpha, extra_length: int, guidance, stop_early=True
+    model,
+    inputs,
+    beam_size: int,
+    alpha,
+    extra_length: int,
+    guidance,
+    stop_early=True,
+    cache_block=None,
 ):
     """Beam search whose outputs contain given phrases and start with a given prefix.
 
     Args:
-        model, inputs, beam_size, alpha, extra_length, stop_early: as `model_beam_search`.
+        model, inputs, beam_size, alpha, extra_length, stop_early, cache_block: as
+            `model_beam_search`.
         guidance: (phrases [B, P, W], phrase_lengths [B, P], prefix [B, T],
             prefix_lengths [B]) target ids, 0-padded (`lexically_constrained_beam_search`).
 
@@ -150,7 +158,9 @@ def model_guided_search(
         every phrase of its row).
     """
     phrases, phrase_lengths, prefix, prefix_lengths = guidance
-    step, start, states, decode_length, limits = search_inputs(model, inputs, extra_length)
+    step, start, states, decode_length, limits = search_inputs(
+        model, inputs, extra_length, cache_block
+    )
     return lexically_constrained_beam_search(
         step,
         start,
@@ -169,9 +179,14 @@ def model_guided_search(
     )
 
 
-def model_greedy_search(model, inputs, config):
-    """Greedy decoding or sampling (`config.method`): ids [B, S] -> (ids [B, L], scores [B])."""
-    step, start, states, decode_length, limits = search_inputs(model, inputs, config.extra_length)
+def model_greedy_search(model, inputs, config, cache_block=None):
+    """Greedy decoding or sampling (`config.method`): ids [B, S] -> (ids [B, L], scores [B]).
+
+    `cache_block`: as `model_beam_search`.
+    """
+    step, start, states, decode_length, limits = search_inputs(
+        model, inputs, config.extra_length, cache_block
+    )
     if config.method == "greedy":
         return greedy_search(
             step, start, decode_length, states=states, padded_ids=True, max_lengths=limits
