@@ -14,12 +14,11 @@ is installed (`--ctranslate2=auto`; `on` requires it):
 * in-process cached: the `Translator` (what the decoder command, the exporter and training
   BLEU use): the encoder runs once and every step feeds one token through `decode_step`,
   which computes projections and feed-forward for that one position and attends over the
-  stored keys and values of earlier positions. The cache is a fixed-size buffer of the
-  maximum decode length L_max (so that shapes stay static under XLA), head-major
-  ([N, H, L_max, Dh], read by the attention products as it lies): the step scatters its
-  key and value into slot i and attends over all L_max slots with the unwritten ones masked
-  out, so its attention work is O(L_max) per layer at every position, while the dense
-  layers see one position;
+  stored keys and values of earlier positions. The cache is a head-major buffer
+  ([N, H, C, Dh], read by the attention products as it lies) of C slots: the positions
+  decoded so far rounded up to a block of 16 (the maximum decode length under XLA, whose
+  shapes are static). The step scatters its key and value into slot i and attends over
+  all C slots with the unwritten ones masked out, while the dense layers see one position;
 * in-process uncached (left out with `--no_uncached`, it is the slowest by far): every
   step reruns the full `model.decode` on the whole prefix
   (tensor2tensor's slow path), so step i pushes all i positions through every layer
