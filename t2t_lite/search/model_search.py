@@ -82,6 +82,8 @@ def _map_self_attention(function, states):
             return tf.nest.map_structure(function, value)
         if isinstance(value, dict):
             return {key: visit(key, item) for key, item in value.items()}
+        if isinstance(value, (tuple, list)):  # an ensemble's states: one entry per model
+            return type(value)(visit("", item) for item in value)
         return value
 
     return visit("", states)
