@@ -113,6 +113,8 @@ def test_the_translator_grows_the_cache_of_every_search_outside_xla(monkeypatch)
         # Slots 0..i are needed at step i, in blocks of 4.
         assert sizes == [min(4 * (i // 4 + 1), decode_length) for i in range(len(sizes))], name
         assert len(sizes) > 4, name
+        if name == "tree":  # the constraint's length bound stops it before the maximum length
+            assert len(sizes) < decode_length
         sizes.clear()
         np.testing.assert_array_equal(ids.numpy(), full_size[name]().numpy(), err_msg=name)
         assert set(sizes) == {decode_length}, name
