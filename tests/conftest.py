@@ -3,7 +3,9 @@
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -90,6 +92,39 @@ def shared_run_folder(tmp_path_factory, name: str):
             yield root / name
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def readme_main_job_command() -> list:
+    """The README's main-job command (after `pip install -e . &&`), as argv."""
+    for line in (REPO / "README.md").read_text().splitlines():
+        if line.strip().startswith("pip install -e . && python -m t2t_lite.trainer"):
+            return shlex.split(line.split("&&", 1)[1])
+    raise AssertionError("README.md has no main-job line 'pip install -e . && python -m ...'")
+
+
+def readme_main_job_run(tmp_path_factory) -> tuple:
+    """(run folder, {"returncode", "stdout", "stderr"}) of the README's main job, run once.
+
+    The command runs as README.md writes it, in a fresh Python, with only --output_dir
+    moved into this pytest run's shared folder. Its model is also the trained
+    algorithmic_reverse model of the decoding tests (it reverses what it is given), so the
+    suite trains it once for both.
+    """
+    with shared_run_folder(tmp_path_factory, "readme_main_job") as folder:
+        record = folder / "result.json"
+        if not record.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            command = readme_main_job_command()
+            assert command[:3] == ["python", "-m", "t2t_lite.trainer"], command
+            command = [sys.executable] + [
+                f"--output_dir={folder / 'run'}" if arg.startswith("--output_dir=") else arg
+                for arg in command[1:]
+            ]
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+            done = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env)
+            result = {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+            record.write_text(json.dumps(result))
+        return folder / "run", json.loads(record.read_text())
 
 
 # The files that take longest on 2 CPU cores (minutes each), longest first. The two test

@@ -166,13 +166,15 @@ def test_each_figure_draws_the_heads_average_and_every_head_with_piece_labels(tr
         model, [attention.source_ids], [attention.target_ids]
     )
     heads = model.num_heads  # 4: panels in a 2 x 3 grid, the sixth slot empty
+    layers = model.num_encoder_layers
+    assert layers == model.num_decoder_layers
     rows_and_columns = {
         "encoder": (source_labels, source_labels),
         "decoder": (target_labels, ["<s>", *target_labels[:-1]]),
         "encoder_decoder": (target_labels, source_labels),
     }
     for kind, (row_labels, column_labels) in rows_and_columns.items():
-        for layer in range(2):
+        for layer in range(layers):
             figure = attention_maps.layer_figure(
                 attention, kind, layer, source_labels, target_labels
             )
@@ -185,7 +187,8 @@ def test_each_figure_draws_the_heads_average_and_every_head_with_piece_labels(tr
             assert [ax.get_title() for ax in panels] == ["average of heads"] + [
                 f"head {h + 1}" for h in range(heads)
             ]
-            assert figure.get_suptitle() == f"{attention_maps.TITLES[kind]}, layer {layer + 1} of 2"
+            title = f"{attention_maps.TITLES[kind]}, layer {layer + 1} of {layers}"
+            assert figure.get_suptitle() == title
             assert panels[0].images[0].get_clim() == (0.0, 1.0)
             assert colour_bar.get_ylabel() == "attention probability"
             # Rows labelled on the left column, columns under the lowest panel of each.
@@ -218,7 +221,8 @@ def test_the_command_writes_pngs_of_the_expected_size_and_the_arrays_drawn(train
         "source: 3 1 4 1 5 9 </s>",
         "target (the model's beam output): 9 5 1 4 1 3 </s>",
     ]
-    names = [f"{kind}_layer{n}.png" for kind in attention_maps.KINDS for n in (1, 2)]
+    layers = range(1, trained.model.num_decoder_layers + 1)
+    names = [f"{kind}_layer{n}.png" for kind in attention_maps.KINDS for n in layers]
     assert lines[3:] == [str(image_dir / name) for name in names + ["attention.npz"]]
     # The arrays drawn are the in-process model's probabilities for the same pair.
     encoder = trained.problem.encoders("")["inputs"]
@@ -227,7 +231,7 @@ def test_the_command_writes_pngs_of_the_expected_size_and_the_arrays_drawn(train
     saved = np.load(image_dir / "attention.npz")
     assert list(saved["source_labels"]) == "3 1 4 1 5 9 </s>".split()
     for kind in attention_maps.KINDS:
-        for layer in range(2):
+        for layer in range(len(layers)):
             np.testing.assert_allclose(
                 saved[f"{kind}_layer{layer + 1}"], attention.maps[kind][layer], atol=1e-6
             )
@@ -236,7 +240,7 @@ def test_the_command_writes_pngs_of_the_expected_size_and_the_arrays_drawn(train
     for kind in attention_maps.KINDS:
         rows, columns, _, _ = attention_maps.axis_labels(kind, *sides)
         width, height = attention_maps.figure_size(trained.model.num_heads + 1, rows, columns)
-        for layer in (1, 2):
+        for layer in layers:
             pixels = matplotlib.image.imread(image_dir / f"{kind}_layer{layer}.png")
             assert pixels.shape == (round(height * 80), round(width * 80), 4), (kind, layer)
             assert pixels[..., :3].std() > 0.1, (kind, layer)  # not a blank picture
@@ -257,7 +261,8 @@ def test_a_sentence_with_greedy_output_goes_to_the_runs_attention_folder(trained
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[1:3] == ["source: 2 7 1 </s>", "target (the model's greedy output): 1 7 2 </s>"]
-    names = [f"{kind}_layer{n}.png" for kind in attention_maps.KINDS for n in (1, 2)]
+    layers = range(1, trained.model.num_decoder_layers + 1)
+    names = [f"{kind}_layer{n}.png" for kind in attention_maps.KINDS for n in layers]
     assert lines[3:] == [str(run / "attention" / name) for name in names + ["attention.npz"]]
     for name in names:
         assert matplotlib.image.imread(run / "attention" / name).shape[2] == 4

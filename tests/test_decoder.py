@@ -26,7 +26,9 @@ from test_decoding_model import trained_reverse_run
 from t2t_lite import hparams, problems
 from t2t_lite.inference import DecodeError, Decoder, decode, decode_file, read_lines
 from t2t_lite.inference.outputs import output_lines
+from t2t_lite.models import build_transformer
 from t2t_lite.runs import RestoreError, in_decode_dtype, load_trained_model
+from t2t_lite.runs.checkpoints import checkpoint_mismatches
 from t2t_lite.search import SearchConfig, length_batches
 from t2t_lite.training import averaging, bleu_eval, trainer
 
@@ -213,7 +215,11 @@ def test_another_hparams_set_is_one_clear_line(reverse_run, reverse_input):
     assert "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("t2t_lite.decoder: ")
-    assert "trained with other model hparams: hidden_size=64 (asked 128)" in message
+    assert (
+        "trained with other model hparams: num_encoder_layers=1 (asked 2), "
+        "num_decoder_layers=1 (asked 2), normalize_first=True (asked False); "
+        "drop --hparams_set to use the run's own hparams.json"
+    ) in message
 
 
 @pytest.mark.slow
@@ -221,7 +227,7 @@ def test_another_hparams_set_is_one_clear_line(reverse_run, reverse_input):
 def test_a_checkpoint_of_another_model_is_one_line_without_tensorflow_warnings(
     command, reverse_run, reverse_input, tmp_path_factory, tmp_path
 ):
-    # reverse_run has hidden_size 64; the tiny run's checkpoints hidden_size 32.
+    # reverse_run has one layer a side of width 128; the tiny run's checkpoints two of 32.
     other = trained_tiny_run(tmp_path_factory)
     checkpoint = other / "ckpt-2"
     if command == "decoder":
@@ -243,13 +249,39 @@ def test_a_checkpoint_of_another_model_is_one_line_without_tensorflow_warnings(
         f"t2t_lite.{command}: checkpoint {checkpoint} does not fit a algorithmic_reverse model "
         "with these hparams (vocab 12): "
     )
-    # The first mismatching variables, expected (64 wide) against found (32 wide) ...
-    assert re.search(r"variables differ \(the model has \d+\), e\.g\. model/", message)
-    assert "cross_attention/key_dense/_kernel: expected [64, 4, 16], found [32, 2, 16]" in message
-    assert message.count(": expected [") == 3 and "more)" in message
+    # The first mismatching variables (the second layer's, which the model lacks) ...
+    assert re.search(r"\d+ variables differ \(the model has \d+\), e\.g\. model/", message)
+    assert (
+        "model/decoder_layer_1/cross_attention/key_dense/_kernel: not in the model "
+        "(found [32, 2, 16])"
+    ) in message
+    assert message.count(": not in the model (found [") == 3 and "more)" in message
     # ... and the run folder whose hparams.json describes the checkpoint.
     assert f"pass --output_dir={other} (and no --hparams_set)" in message
     assert not (tmp_path / "out").exists() and not (tmp_path / "export").exists()
+
+
+def test_checkpoint_mismatches_give_the_expected_and_the_found_shape(tmp_path):
+    """Same layout, other widths: each variable is named with both shapes."""
+    models = {}
+    for width, heads in ((32, 2), (48, 4)):
+        hp = hparams.override(
+            hparams.get("transformer_tiny"),
+            f"hidden_size={width},filter_size=64,num_heads={heads},num_encoder_layers=1,"
+            "num_decoder_layers=1",
+        )
+        models[width] = build_transformer(hp, 12)
+    prefix = tf.train.Checkpoint(model=models[32]).write(str(tmp_path / "ckpt"))
+    mismatches, count = checkpoint_mismatches(models[48], prefix)
+    assert count == len(models[48].weights)
+    for name, expected, found in (
+        ("decoder_layer_0/cross_attention/key_dense/_kernel", [48, 4, 12], [32, 2, 16]),
+        ("encoder_layer_0/self_attention/output_dense/_kernel", [4, 12, 48], [2, 16, 32]),
+        ("encoder_layer_0/feed_forward_layer_norm/gamma", [48], [32]),
+    ):
+        assert f"model/{name}: expected {expected}, found {found}" in mismatches
+    assert all(": expected [" in line for line in mismatches)
+    assert checkpoint_mismatches(models[32], prefix) == ([], len(models[32].weights))
 
 
 @pytest.mark.slow
