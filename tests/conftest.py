@@ -129,15 +129,17 @@ def readme_main_job_run(tmp_path_factory) -> tuple:
 
 # The files that take longest on 2 CPU cores (minutes each), longest first. The two test
 # workers (pyproject.toml's addopts) take whole files in collection order, so starting these
-# first keeps one long file from running alone at the end.
+# first keeps one long file from running alone at the end. The README's main job leads: its
+# run is the trained model of files further down, so it is ready before they ask for it
+# instead of one worker waiting on the other's training.
 _LONGEST_FIRST = (
+    "test_readme_main_job.py",
     "test_trainer.py",
     "test_recipes.py",
     "test_export.py",
     "test_ensemble.py",
     "test_decoder.py",
     "test_parsing_decode.py",
-    "test_readme_main_job.py",
     "test_commands.py",
     "test_serving.py",
     "test_page.py",
