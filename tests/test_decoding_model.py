@@ -14,6 +14,7 @@ from conftest import readme_main_job_run
 
 from t2t_lite import hparams
 from t2t_lite.decoding import NEG_INF, beam_search
+from t2t_lite.ids import PAD_ID
 from t2t_lite.models import build_transformer
 from t2t_lite.runs import load_trained_model
 from t2t_lite.search import SearchConfig, Translator, row_limits
@@ -81,6 +82,7 @@ def uncached_beam_search(model, inputs, beam_size, alpha, extra_length):
             alpha,
             states={"encoder_output": encoder_output, "encoder_mask": encoder_mask},
             max_lengths=row_limits(inputs, extra_length),
+            pad_id=PAD_ID,
         )
 
     ids, scores = search(tf.constant(inputs))
@@ -221,6 +223,7 @@ def greedy_and_expected_beam1(model, inputs, limits):
     log_p, candidates, done = np.zeros(rows), [[] for _ in range(rows)], [False] * rows
     for step in range(max(limits)):
         log_probs = full_decode_log_probs(model, inputs, prefixes)[:, -1]  # [B, V]
+        log_probs[:, PAD_ID] = -np.inf  # padding is never chosen
         top2 = np.argsort(-log_probs, axis=1)[:, :2]
         for row in range(rows):
             done[row] = done[row] or step >= limits[row]
@@ -282,12 +285,15 @@ def sample_config(**kwargs):
 
 def ranks_and_log_probs(model, inputs, ids):
     """Per drawn token (EOS included) its rank in the uncached model's distribution at its
-    step (0 = the most probable), and per row the summed log-probability of its tokens.
+    step over the tokens a search may draw (0 = the most probable; the padding id is never
+    drawn), and per row the summed log-probability of its tokens.
 
     `ids` is a `sample_config()` search's [B, 1, L]; the full decode of its prefix gives
     every step at once.
     """
     log_probs = full_decode_log_probs(model, inputs, ids[:, 0, :-1])  # [B, L - 1, V]
+    choosable = log_probs.copy()
+    choosable[..., PAD_ID] = -np.inf
     limits = row_limits(inputs, sample_config().extra_length).numpy()
     ranks, sums = [], []
     for row in range(inputs.shape[0]):
@@ -296,7 +302,8 @@ def ranks_and_log_probs(model, inputs, ids):
         end = drawn.index(EOS) + 1 if EOS in drawn[: limits[row]] else limits[row]
         assert not any(drawn[end:])  # padding after the end
         steps = [(step, token) for step, token in enumerate(drawn[:end])]
-        ranks += [int(np.sum(log_probs[row, t] > log_probs[row, t, token])) for t, token in steps]
+        assert PAD_ID not in drawn[:end]
+        ranks += [int(np.sum(choosable[row, t] > log_probs[row, t, token])) for t, token in steps]
         sums.append(sum(log_probs[row, t, token] for t, token in steps))
     return np.array(ranks), np.array(sums)
 

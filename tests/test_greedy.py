@@ -4,6 +4,8 @@ Ids: 0 = pad, 1 = EOS, 2 = "a", 3 = "b", 4 = "c". Models are Markov tables: the 
 distribution depends only on the last token.
 """
 
+import itertools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -239,3 +241,59 @@ def test_unpadded_ids_under_xla_are_refused_before_they_read_padding():
     with pytest.raises(ValueError, match="running under XLA"):
         run()
     tf.function(lambda: greedy_search(stateless_fn(table), [PAD, A], 6))()  # no XLA: allowed
+
+
+# PAD is the most probable next token everywhere; without it: start -> a .3, a -> b .2,
+# b -> EOS .35 (columns pad, EOS, a, b).
+PAD_FIRST = np.array(
+    [
+        [0.50, 0.10, 0.30, 0.10],
+        [0.25, 0.25, 0.25, 0.25],
+        [0.60, 0.15, 0.05, 0.20],
+        [0.40, 0.35, 0.10, 0.15],
+    ]
+)
+
+
+def test_greedy_and_sampling_never_choose_the_padding_id_and_keep_the_models_log_probs():
+    fn = stateful_fn(PAD_FIRST)
+    start = tf.zeros([1], tf.int32)
+    ids, scores = greedy_search(fn, start, 3, states={}, padded_ids=True, pad_id=PAD)
+    np.testing.assert_array_equal(ids[0], [PAD, A, B, EOS])
+    # Not renormalised over the other tokens: the score is the model's own log P.
+    np.testing.assert_allclose(scores[0], np.log(0.30 * 0.20 * 0.35), rtol=1e-6)
+    unmasked, _ = greedy_search(fn, start, 3, states={}, padded_ids=True)
+    assert unmasked[0, 1] == PAD  # without pad_id the table's argmax wins
+
+    rows = tf.zeros([400], tf.int32)
+    drawn, drawn_scores = sample(fn, rows, 3, states={}, padded_ids=True, seed=5, pad_id=PAD)
+    for row, score in zip(drawn.numpy(), drawn_scores.numpy()):
+        tokens = list(row[1:])
+        end = tokens.index(EOS) + 1 if EOS in tokens else len(tokens)
+        assert PAD not in tokens[:end] and set(tokens[end:]) <= {PAD}
+        path = [PAD, *tokens[:end]]
+        expected = sum(np.log(PAD_FIRST[a, b]) for a, b in zip(path, path[1:]))
+        assert score == pytest.approx(expected, rel=1e-5)
+    free, _ = sample(fn, rows, 3, states={}, padded_ids=True, seed=5)
+    assert (free.numpy()[:, 1] == PAD).any()  # the table does draw it when allowed
+
+
+def test_beam_search_never_chooses_the_padding_id_and_ranks_like_enumeration_without_it():
+    # Every finished sequence over {a, b} of at most 3 tokens with its EOS, scored by the
+    # table's own log P and the length penalty, best first.
+    alpha, decode_length = 0.6, 3
+    candidates = []
+    for length in range(decode_length):
+        for body in itertools.product([A, B], repeat=length):
+            path = [PAD, *body, EOS]
+            log_p = sum(np.log(PAD_FIRST[a, b]) for a, b in zip(path, path[1:]))
+            candidates.append((log_p / ((5.0 + length + 1) / 6.0) ** alpha, path[1:]))
+    candidates.sort(key=lambda pair: -pair[0])
+    # Beam 6 keeps every alive prefix ({a, b}^2 = 4) and 2 * 6 candidates of the 4 x 3 allowed.
+    ids, scores = beam_search(
+        stateful_fn(PAD_FIRST), tf.zeros([1], tf.int32), 6, decode_length, 4, alpha,
+        states={}, stop_early=False, padded_ids=True, pad_id=PAD,
+    )  # fmt: skip
+    found = [list(row[1 : list(row).index(EOS) + 1]) for row in ids.numpy()[0]]
+    assert found == [tokens for _, tokens in candidates[:6]]
+    np.testing.assert_allclose(scores[0], [score for score, _ in candidates[:6]], rtol=1e-5)

@@ -218,3 +218,18 @@ def test_runs_inside_a_tf_function_with_dynamic_shapes():
     ids, _, met = search(tf.zeros([2], tf.int32), phrases, lengths)
     assert met.numpy()[:, 0].all()
     assert contains(generated(ids[0, 0]), [4, 5]) and contains(generated(ids[1, 0]), [3])
+
+
+def test_the_padding_id_is_never_chosen():
+    # (pad, EOS, x, c) by step; must contain c, 3 tokens at most, alpha 0. Without pad:
+    #   c EOS .1 * .3 = .03, x c EOS .3 * .1 * .4 = .012; with it "pad c EOS" and "c pad EOS"
+    #   (.02 each) come second.
+    steps = [[0.5, 0.1, 0.3, 0.1], [0.5, 0.3, 0.1, 0.1], [0.5, 0.4, 0.05, 0.05]]
+    phrases, lengths = phrases_tensor([[[C]]])
+    args = (positional_fn(steps), [PAD], 4, 3, 4, 0.0, phrases, lengths)
+    ids, scores, met = constrained_search(*args, states={}, padded_ids=True, pad_id=PAD)
+    assert all(PAD not in generated(row) for row in ids[0].numpy())
+    np.testing.assert_array_equal(ids[0, :2], [[PAD, C, EOS, PAD], [PAD, X, C, EOS]])
+    np.testing.assert_allclose(scores[0, :2], np.log([0.1 * 0.3, 0.3 * 0.1 * 0.4]), rtol=1e-6)
+    unmasked, _, _ = constrained_search(*args, states={}, padded_ids=True)
+    assert PAD in generated(unmasked[0, 1].numpy())

@@ -82,6 +82,7 @@ from t2t_lite import hparams
 from t2t_lite.decoding import beam_search
 from t2t_lite.export import BeamSearcher, export_model
 from t2t_lite.export.exporter import TranslationModule
+from t2t_lite.ids import PAD_ID
 from t2t_lite.metrics.bleu import sacrebleu_corpus
 from t2t_lite.models import build_transformer
 from t2t_lite.runs import load_trained_model
@@ -126,6 +127,7 @@ def uncached_search(model, config: SearchConfig):
             config.alpha,
             states={"encoder_output": encoder_output, "encoder_mask": encoder_mask},
             max_lengths=row_limits(inputs, config.extra_length),
+            pad_id=PAD_ID,
         )
 
     return search

@@ -52,16 +52,13 @@ from typing import Any, NamedTuple
 import tensorflow as tf
 
 from t2t_lite.decoding.step_contract import (
+    NEG_INF,
     SymbolsToLogitsFn,
     check_step_mode,
     step_log_probs,
     write_column,
 )
 from t2t_lite.ids import EOS_ID
-
-# Score of empty slots and of the padding beams at step 0. Finite so that it survives arithmetic
-# (no -inf - -inf) and JSON; real log-probabilities never come near it.
-NEG_INF = -1.0e9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +73,7 @@ class _Search:
     use_states: bool
     padded_ids: bool
     constraint: Any = None
+    pad_id: int | None = None
 
 
 class _BeamState(NamedTuple):
@@ -110,6 +108,7 @@ def beam_search(
     padded_ids: bool = False,
     max_lengths: tf.Tensor | None = None,
     constraint: Any = None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Finds the `beam_size` best continuations of `initial_ids`, tensor2tensor's contract.
 
@@ -143,6 +142,8 @@ def beam_search(
             decode_length = max_lengths[b]. None: decode_length for every row.
         constraint: optional `StepConstraint` (`t2t_lite.decoding.constraints`): only the
             tokens it allows can extend a hypothesis. None searches over every token.
+        pad_id: optional id that no hypothesis may contain (the padding id of a model's
+            vocabulary); the other tokens keep their log-probabilities.
 
     Returns:
         (ids [B, beam, decode_length + 1] int32, scores [B, beam] float32), best first. Column 0
@@ -161,7 +162,7 @@ def beam_search(
     state = state._replace(done=_rows_done(state, limits, alpha, stop_early, constraint))
     search = _Search(
         symbols_to_logits_fn, beam_size, vocab_size, alpha, eos_id, use_states, padded_ids,
-        constraint,
+        constraint, pad_id,
     )  # fmt: skip
 
     def step(state: _BeamState) -> tuple[_BeamState]:
@@ -257,6 +258,7 @@ def _grow_candidates(state: _BeamState, search: _Search) -> tuple[tf.Tensor, ...
         search.use_states,
         search.padded_ids,
         vocab_size,
+        search.pad_id,
     )
     if search.constraint is not None:
         allowed = search.constraint.allowed(state.constraint_states, state.i)  # [N, V]

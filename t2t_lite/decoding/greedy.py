@@ -49,6 +49,7 @@ def greedy_search(
     eos_id: int = EOS_ID,
     padded_ids: bool = False,
     max_lengths: tf.Tensor | None = None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes by taking the most probable token at every step.
 
@@ -63,6 +64,7 @@ def greedy_search(
         padded_ids: pass the fixed-size id buffer instead of the growing prefix.
         max_lengths: optional [B] int, row b's own maximum number of tokens (<= decode_length,
             which then only bounds the loop), as if the row were decoded alone with it.
+        pad_id: optional id never to choose (the padding id of a model's vocabulary).
 
     Returns:
         (ids [B, decode_length + 1] int32, scores [B] float32): column 0 is the initial id,
@@ -78,6 +80,7 @@ def greedy_search(
         _argmax,
         "greedy_search",
         max_lengths,
+        pad_id,
     )
 
 
@@ -92,6 +95,7 @@ def sample(
     seed: int | None = None,
     padded_ids: bool = False,
     max_lengths: tf.Tensor | None = None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes by drawing every token from the model's (tempered, truncated) distribution.
 
@@ -110,6 +114,7 @@ def sample(
         seed: an int for reproducible draws, or None.
         padded_ids: pass the fixed-size id buffer instead of the growing prefix.
         max_lengths: optional [B] int, each row's own maximum (see `greedy_search`).
+        pad_id: optional id never to draw (see `greedy_search`).
 
     Returns:
         (ids [B, decode_length + 1] int32, scores [B] float32) as for `greedy_search`; scores
@@ -137,6 +142,7 @@ def sample(
         choose,
         "sample",
         max_lengths,
+        pad_id,
     )
 
 
@@ -169,6 +175,7 @@ def _decode(
     choose: ChooseFn,
     caller: str,
     max_lengths: tf.Tensor | None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     if isinstance(decode_length, int) and decode_length < 0:
         raise ValueError(f"{caller}: decode_length must be >= 0, got {decode_length}.")
@@ -191,7 +198,13 @@ def _decode(
 
     def step(state: _DecodeState) -> tuple[_DecodeState]:
         log_probs, new_states = step_log_probs(
-            symbols_to_logits_fn, state.seq, state.i, state.states, use_states, padded_ids
+            symbols_to_logits_fn,
+            state.seq,
+            state.i,
+            state.states,
+            use_states,
+            padded_ids,
+            pad_id=pad_id,
         )  # [B, V]
         ended = tf.logical_or(state.finished, state.i >= limits)  # [B]
         token = tf.where(ended, 0, choose(log_probs, state.i))  # [B]; 0 after EOS

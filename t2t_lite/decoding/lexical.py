@@ -83,11 +83,12 @@ def lexically_constrained_beam_search(
     max_lengths=None,
     prefix=None,
     prefix_lengths=None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Beam search whose outputs contain every phrase of their row (see the module docstring).
 
     The step function, `states`, `padded_ids`, `decode_length`, `max_lengths`, `alpha`,
-    `eos_id` and `stop_early` are those of `beam_search`.
+    `eos_id`, `stop_early` and `pad_id` are those of `beam_search`.
 
     Args:
         phrases: [B, P, W] int ids of each row's phrases, 0-padded; P and W may be 0.
@@ -113,7 +114,7 @@ def lexically_constrained_beam_search(
     state = state._replace(done=_rows_done(state, limits, alpha, stop_early))
     search = _Search(
         symbols_to_logits_fn, beam_size, vocab_size, alpha, eos_id, use_states, padded_ids,
-        progress,
+        progress, pad_id,
     )  # fmt: skip
 
     def step(state: _BeamState) -> tuple[_BeamState]:
@@ -186,7 +187,7 @@ def _grow_by_banks(state: _BeamState, search: _Search, limits: tf.Tensor) -> tup
     flat_seq = tf.reshape(state.alive_seq, [batch * beam_size, -1])  # [N, L]
     log_probs, new_states = step_log_probs(
         search.symbols_to_logits_fn, flat_seq, state.i, state.states, search.use_states,
-        search.padded_ids, vocab_size,
+        search.padded_ids, vocab_size, search.pad_id,
     )  # fmt: skip
     allowed, bank = _allowed(state, search, limits)
     log_probs = tf.where(allowed, log_probs, NEG_INF)

@@ -15,6 +15,11 @@ import tensorflow as tf
 
 SymbolsToLogitsFn = Callable[..., Any]
 
+# Log-probability of what cannot happen: empty beam slots, padding beams, tokens that must
+# not be chosen. Finite so that it survives arithmetic (no -inf - -inf) and JSON; real
+# log-probabilities never come near it.
+NEG_INF = -1.0e9
+
 
 def write_column(seq: tf.Tensor, column: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
     """Returns `seq` [..., L] with `seq[..., column] = values` [...]; XLA-friendly (no scatter)."""
@@ -59,8 +64,13 @@ def step_log_probs(
     use_states: bool,
     padded_ids: bool,
     vocab_size: int | None = None,
+    pad_id: int | None = None,
 ) -> tuple[tf.Tensor, Any]:
     """Calls the step function on hypotheses `seq` [N, L] and returns float32 log-probabilities.
+
+    With `pad_id`, that id's log-probability is set to `NEG_INF` after normalisation: padding is
+    never a token to choose, and the other tokens keep the model's own log-probabilities
+    (their scores stay those of forced decoding).
 
     Returns:
         (log_probs [N, V] float32, new_states): `new_states` is `states` unchanged when the
@@ -79,7 +89,11 @@ def step_log_probs(
             f"symbols_to_logits_fn returned logits of shape {logits.shape}; expected "
             f"[batch * beam, vocab_size={vocab_size}]: check vocab_size and the model's output."
         )
-    return tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), new_states
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+    if pad_id is not None:
+        is_pad = tf.equal(tf.range(tf.shape(log_probs)[-1]), pad_id)  # [V]
+        log_probs = tf.where(is_pad, tf.constant(NEG_INF, tf.float32), log_probs)
+    return log_probs, new_states
 
 
 def _check_same_states(states: Any, new_states: Any) -> None:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from t2t_lite.decoding import beam_search, greedy_search, sample
 from t2t_lite.decoding.lexical import lexically_constrained_beam_search
+from t2t_lite.ids import PAD_ID
 
 
 def row_limits(inputs, extra_length: int):
@@ -134,6 +135,7 @@ def model_beam_search(
         padded_ids=True,
         max_lengths=limits,
         constraint=constraint(inputs, limits) if constraint is not None else None,
+        pad_id=PAD_ID,
     )
 
 
@@ -178,6 +180,7 @@ def model_guided_search(
         max_lengths=limits,
         prefix=prefix,
         prefix_lengths=prefix_lengths,
+        pad_id=PAD_ID,
     )
 
 
@@ -191,7 +194,13 @@ def model_greedy_search(model, inputs, config, cache_block=None):
     )
     if config.method == "greedy":
         return greedy_search(
-            step, start, decode_length, states=states, padded_ids=True, max_lengths=limits
+            step,
+            start,
+            decode_length,
+            states=states,
+            padded_ids=True,
+            max_lengths=limits,
+            pad_id=PAD_ID,
         )
     return sample(
         step,
@@ -203,4 +212,5 @@ def model_greedy_search(model, inputs, config, cache_block=None):
         seed=config.seed,
         padded_ids=True,
         max_lengths=limits,
+        pad_id=PAD_ID,
     )
