@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_ruff_check_passes():
-    ruff = shutil.which("ruff")
+    # The [test] extra installs ruff beside this Python, on PATH only in an activated venv.
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.fail("ruff is not installed; it comes with the [test] extra")
     result = subprocess.run(
