@@ -39,9 +39,10 @@ SEARCH_SIGNATURE = (
 def default_jit_compile(constraint=None) -> bool:
     """XLA where it pays: with a GPU or TPU, and a search without a constraint.
 
-    On CPUs XLA's compiled loop is slower than the plain graph, whose matrix products and
-    top-k run TensorFlow's own (oneDNN) kernels; a constraint's ops need not have XLA
-    kernels.
+    On CPUs XLA's compiled loop is faster than the plain graph on some classes and shapes
+    and slower on others (docs/benchmarks.md), and it compiles again for every batch shape
+    with a full-size cache; the graph's matrix products and top-k run TensorFlow's own
+    (oneDNN) kernels. A constraint's ops need not have XLA kernels.
     """
     accelerators = tf.config.list_logical_devices("GPU") + tf.config.list_logical_devices("TPU")
     return constraint is None and bool(accelerators)
