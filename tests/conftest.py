@@ -127,7 +127,7 @@ def readme_main_job_run(tmp_path_factory) -> tuple:
         return folder / "run", json.loads(record.read_text())
 
 
-# The files that take longest on 2 CPU cores (minutes each), longest first. The two test
+# The files that take longest on 2 CPU cores (minutes each), longest first. The test
 # workers (pyproject.toml's addopts) take whole files in collection order, so starting these
 # first keeps one long file from running alone at the end. The README's main job leads: its
 # run is the trained model of files further down, so it is ready before they ask for it
