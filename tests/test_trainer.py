@@ -472,10 +472,18 @@ def test_sigkill_loses_only_unsaved_steps(tmp_path):
         stderr=subprocess.DEVNULL,
         env=env,
     )
+
+    def recorded_step() -> int:
+        """The step of the newest checkpoint the run has recorded as complete (0: none)."""
+        latest = tf.train.latest_checkpoint(str(output_dir))
+        return int(latest.rsplit("-", 1)[1]) if latest else 0
+
     try:
         deadline = time.monotonic() + 240
-        # Wait until at least two checkpoints exist, then kill without warning.
-        while len(glob.glob(str(output_dir / "ckpt-*.index"))) < 2:
+        # Wait until the run has recorded its second checkpoint, then kill without warning.
+        # (A checkpoint's files appear before the run records it: waiting on files alone
+        # could kill it between the two, and then the first checkpoint is the newest.)
+        while (recorded := recorded_step()) < 10:
             assert process.poll() is None, "trainer exited early"
             assert time.monotonic() < deadline, "no checkpoints within 240 s"
             time.sleep(0.2)
@@ -484,9 +492,8 @@ def test_sigkill_loses_only_unsaved_steps(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-    latest = tf.train.latest_checkpoint(str(output_dir))
-    saved_step = int(latest.rsplit("-", 1)[1])
-    assert saved_step % 5 == 0 and saved_step >= 10
+    saved_step = recorded_step()
+    assert saved_step % 5 == 0 and saved_step >= recorded
     result = _cli(
         *[a.replace("--train_steps=100000", f"--train_steps={saved_step + 5}") for a in args]
     )
