@@ -1,10 +1,14 @@
 """tools/multi30k_recipe.py: the precision it trains in and the speed it reports.
 
 The recipe itself runs for 30 minutes and is measured by hand (docs/quality.md); these tests
-cover the parts it decides from the machine.
+cover the parts it decides from the machine and the vocabulary it builds.
 """
 
+import gzip
+import itertools
+
 import pytest
+import sentencepiece as spm
 import tensorflow as tf
 from conftest import load_tool
 
@@ -74,3 +78,33 @@ def test_splits_default_to_both_and_val_alone_leaves_the_test_set_unread(recipe,
     assert (
         "--splits: unknown ['test_2017']; known: test_2016_flickr, val" in capsys.readouterr().err
     )
+
+
+def _head_of_multi30k(shared_data, folder, lines):
+    """The first `lines` pairs of each En-De split of the shared Multi30k, gzipped as shipped."""
+    folder.mkdir()
+    for stem in ("train", "val", "test_2016_flickr"):
+        for language in ("en", "de"):
+            name = f"{stem}.{language}.gz"
+            with gzip.open(shared_data / "multi30k" / name, "rt", encoding="utf-8") as source:
+                head = "".join(itertools.islice(source, lines))
+            with gzip.open(folder / name, "wt", encoding="utf-8") as target:
+                target.write(head)
+    return folder
+
+
+def test_vocab_size_reaches_datagen(recipe, shared_data, tmp_path):
+    raw = _head_of_multi30k(shared_data, tmp_path / "raw", 400)
+    base = [f"--raw_dir={raw}", f"--work_dir={tmp_path}"]
+    assert recipe._arguments(base).vocab_size == 0
+    metadata = recipe.generate(recipe._arguments(base + ["--vocab_size=600"]), str(tmp_path / "d"))
+    assert metadata["settings"]["vocab_size"] == 600
+    vocab = tmp_path / "d" / "multi30k_ende" / "vocab.model"
+    model = spm.SentencePieceProcessor(model_file=str(vocab))
+    assert model.get_piece_size() == 600
+
+
+def test_a_negative_vocab_size_is_refused_by_name(recipe, capsys):
+    with pytest.raises(SystemExit):
+        recipe._arguments(["--raw_dir=r", "--work_dir=w", "--vocab_size=-5"])
+    assert "--vocab_size: -5 is negative" in capsys.readouterr().err

@@ -2,7 +2,8 @@
 
     python tools/multi30k_recipe.py --raw_dir=../shared/data/multi30k --work_dir=/tmp/m30k --minutes=30
 
-1. datagen: shared 8k BPE vocabulary and TFRecords (multi30k_ende);
+1. datagen: a shared BPE vocabulary (the problem's 8,000 pieces, or `--vocab_size`) and
+   TFRecords (multi30k_ende);
 2. training `--hparams_set` for a wall-clock budget (start-up and evaluations included),
    saving a checkpoint every `--save_every` updates, in the set's precision or the one
    `--dtype_policy` names (`auto`: `mixed_bfloat16` where the CPU multiplies bfloat16 natively);
@@ -37,6 +38,10 @@ def _arguments(argv):
     parser.add_argument("--train_steps", type=int, default=1_000_000, help="step budget")
     parser.add_argument("--hparams_set", default="transformer_multi30k")
     parser.add_argument("--hparams", default="", help='overrides, "k=v,k=v"')
+    parser.add_argument(
+        "--vocab_size", type=int, default=0,
+        help="pieces of the shared BPE vocabulary; 0: the problem's own (8,000)",
+    )
     parser.add_argument("--save_every", type=int, default=200)
     parser.add_argument("--num_last", type=int, default=5, help="checkpoints to average")
     parser.add_argument("--beam_size", type=int, default=4)
@@ -52,6 +57,8 @@ def _arguments(argv):
         "instructions and no GPU, else the set's policy",
     )
     args = parser.parse_args(argv)
+    if args.vocab_size < 0:
+        parser.error(f"--vocab_size: {args.vocab_size} is negative; give a piece count, or 0")
     args.splits = [name for name in args.splits.split(",") if name]
     unknown = sorted(set(args.splits) - set(SPLITS))
     if unknown or not args.splits:
@@ -67,6 +74,15 @@ def _plain_copy(raw_dir: str, name: str, folder: str) -> str:
     with open(target, "wb") as handle:
         handle.write(data)
     return target
+
+
+def generate(args, data_dir: str) -> dict:
+    """Datagen of the recipe's problem from `--raw_dir`; returns the data's metadata."""
+    from t2t_lite import problems
+
+    return problems.get(PROBLEM).generate_data(
+        data_dir, args.raw_dir, vocab_size=args.vocab_size or None
+    )
 
 
 def training_dtype_policy(choice: str, default: str, has_gpu: bool, cpuinfo_path=None) -> str:
@@ -114,7 +130,6 @@ def _median_tokens_per_sec(train_dir: str) -> float | None:
 
 
 def run(args) -> dict:
-    from t2t_lite import problems
     from t2t_lite.inference import decode
     from t2t_lite.runs import load_trained_model
     from t2t_lite.search import SearchConfig
@@ -127,7 +142,7 @@ def run(args) -> dict:
 
     started = time.monotonic()
     print(f"== datagen {PROBLEM} from {args.raw_dir}")
-    problems.get(PROBLEM).generate_data(data_dir, args.raw_dir)
+    vocab_size = generate(args, data_dir)["settings"]["vocab_size"]
     datagen_seconds = time.monotonic() - started
 
     import tensorflow as tf
@@ -150,7 +165,7 @@ def run(args) -> dict:
 
     results = {
         "problem": PROBLEM, "hparams_set": args.hparams_set, "hparams": args.hparams,
-        "dtype_policy": hp.dtype_policy, "seed": args.seed,
+        "dtype_policy": hp.dtype_policy, "seed": args.seed, "vocab_size": vocab_size,
         "budget_minutes": args.minutes, "training_seconds": training_seconds,
         "train_tokens_per_sec": _median_tokens_per_sec(os.path.join(output_dir, "train")),
         "datagen_seconds": datagen_seconds, "final_eval": metrics,
