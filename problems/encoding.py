@@ -111,8 +111,23 @@ def encode_chunk(chunk: tuple) -> tuple:
     are the (source, target) lengths, EOS included.
     """
     sources, targets = chunk
-    source_ids = _encoder.encode_batch(sources)
-    target_ids = _encoder.encode_batch(targets)
+    return _records(_encoder.encode_batch(sources), _encoder.encode_batch(targets))
+
+
+def sample_chunk(task: tuple) -> tuple:
+    """`encode_chunk` by BPE-dropout: `task` is (chunk, dropout, seed).
+
+    Both sides are sampled, each from its own seed derived from `seed`, so a chunk's
+    records depend on the chunk and `seed` only, whichever worker encodes it.
+    """
+    (sources, targets), dropout, seed = task
+    encoder = _encoder.encoder
+    source_ids = encoder.sample_batch(sources, dropout, seed)
+    target_ids = encoder.sample_batch(targets, dropout, seed ^ 0x5A5A5A5A)
+    return _records(source_ids, target_ids)
+
+
+def _records(source_ids: list, target_ids: list) -> tuple:
     records, lengths = [], []
     for source, target in zip(source_ids, target_ids):
         source.append(EOS_ID)

@@ -25,6 +25,7 @@ from t2t_lite.problems.encoding import (
     default_workers,
     encode_chunk,
     hash_file,
+    sample_chunk,
     shuffle_and_hash,
     shuffle_states,
 )
@@ -81,10 +82,18 @@ def generate(
     finally:
         if os.path.exists(sample_path):
             os.remove(sample_path)
+    sampling = (settings.get("bpe_dropout", 0.0), settings.get("train_copies", 1))
     with Workers(vocab_path, workers or default_workers()) as pool:
         splits = {
             split: _write_split(
-                pool, corpus, folder, split, settings["num_shards"][split], totals, progress
+                pool,
+                corpus,
+                folder,
+                split,
+                settings["num_shards"][split],
+                totals,
+                progress,
+                sampling if split == TRAIN else (0.0, 1),
             )
             for split in corpus.splits
         }
@@ -108,24 +117,38 @@ def _count(corpus, progress: Progress) -> dict:
 
 
 def _write_split(
-    pool: Workers, corpus, folder: str, split: str, num_shards: int, totals: dict, progress
+    pool: Workers,
+    corpus,
+    folder: str,
+    split: str,
+    num_shards: int,
+    totals: dict,
+    progress,
+    sampling: tuple = (0.0, 1),
 ) -> dict:
     """Encodes the pairs of `split` into `num_shards` TFRecord files; returns its metadata.
 
     Example i goes to shard i mod `num_shards`. Files are written under temporary names
     and renamed only once all of them are complete (and, for train, shuffled).
+
+    `sampling` is (BPE-dropout, copies): the pairs are written `copies` times, each time
+    segmented anew with that dropout (0: the one deterministic segmentation).
     """
+    dropout, copies = sampling
     names = [f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord" for i in range(num_shards)]
     temporary = [os.path.join(folder, f"{name}{TEMP_MARK}{os.getpid()}") for name in names]
     stats = {"examples": 0, "skipped_empty": 0, "skipped_first": [], "read": 0}
     counts, tokens, lengths = [0] * num_shards, Counter(), Counter()
     try:
-        with progress.stage(f"encoding {split}", total=totals.get(split)) as stage:
+        total = totals.get(split)
+        note = f"{copies} copies, BPE-dropout {dropout}" if dropout or copies > 1 else None
+        with progress.stage(
+            f"encoding {split}", total=total and total * copies, note=note
+        ) as stage:
             writing = 0.0
             with contextlib.ExitStack() as stack:
                 writers = [stack.enter_context(tf.io.TFRecordWriter(path)) for path in temporary]
-                encoded = pool.map(encode_chunk, chunks(_skip_empty(corpus.pairs(split), stats)))
-                for chunk_records, chunk_lengths in encoded:
+                for chunk_records, chunk_lengths in _encoded(pool, corpus, split, stats, sampling):
                     start = time.perf_counter()
                     for record, (source, target) in zip(chunk_records, chunk_lengths):
                         shard = stats["examples"] % num_shards
@@ -139,6 +162,7 @@ def _write_split(
                     stage.update(stats["read"], f"{stats['examples']:,} encoded and written")
             stage.summary = (
                 f"{stats['read']:,} pairs read, {stats['examples']:,} encoded and written to "
+                f"{'' if copies == 1 else f'{copies} copies in '}"
                 f"{num_shards} shards, {stats['skipped_empty']:,} skipped (empty side); "
                 f"{writing:.1f} s writing"
             )
@@ -152,6 +176,8 @@ def _write_split(
             if os.path.exists(path):
                 os.remove(path)
     del stats["read"]
+    if dropout or copies > 1:
+        stats.update(copies=copies, bpe_dropout=dropout)
     if stats["skipped_empty"]:
         logging.warning(
             "split %s: skipped %d pairs with an empty side, first at %s",
@@ -185,12 +211,32 @@ def _finish_shards(pool: Workers, split: str, paths: list, counts: list, progres
     return digests
 
 
-def _skip_empty(pairs, stats: dict):
+def _encoded(pool: Workers, corpus, split: str, stats: dict, sampling: tuple):
+    """(records, lengths) of each chunk of the split's pairs, every copy in turn.
+
+    Pairs with an empty side are counted (and named) in the first copy only.
+    """
+    dropout, copies = sampling
+    for copy in range(copies):
+        pairs = chunks(_skip_empty(corpus.pairs(split), stats, count=copy == 0))
+        if dropout:
+            tasks = ((chunk, dropout, _chunk_seed(copy, i)) for i, chunk in enumerate(pairs))
+            yield from pool.map(sample_chunk, tasks)
+        else:
+            yield from pool.map(encode_chunk, pairs)
+
+
+def _chunk_seed(copy: int, index: int) -> int:
+    """The sampling seed of chunk `index` of copy `copy` (SentencePiece takes 32 bits)."""
+    return int(digest(f"{_SEED}:{copy}:{index}".encode())[:8], 16)
+
+
+def _skip_empty(pairs, stats: dict, count: bool = True):
     for pair in pairs:
         stats["read"] += 1
         if not (is_blank(pair[2]) or is_blank(pair[3])):
             yield pair
-        else:
+        elif count:
             stats["skipped_empty"] += 1
             if len(stats["skipped_first"]) < 10:
                 stats["skipped_first"].append(f"{pair[0]}:{pair[1]}")

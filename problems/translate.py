@@ -75,6 +75,8 @@ class TranslateProblem(Problem):
     vocab_size = 8000
     vocab_sample_size = 1_000_000  # sentences the vocabulary is trained on, at most
     model_type = "bpe"
+    bpe_dropout = 0.0  # > 0: train pairs segmented by BPE-dropout (Provilkov et al., 2020)
+    train_copies = 1  # train pairs written this many times, each segmented anew
     num_shards = {"train": 8}  # other splits: 1
     # A reverse problem reads the data of `data_folder` with inputs and targets swapped.
     reverse = False
@@ -143,6 +145,8 @@ class TranslateProblem(Problem):
         raw_dir: str | None = None,
         *,
         vocab_size: int | None = None,
+        bpe_dropout: float | None = None,
+        train_copies: int | None = None,
         source: str = "auto",
         tfds_data_dir: str | None = None,
         progress: Progress | None = None,
@@ -155,6 +159,12 @@ class TranslateProblem(Problem):
             data_dir: the data folder (one sub-folder per problem).
             raw_dir: the raw text folder; defaults to `DATA_DIR/<folder>/raw`.
             vocab_size: overrides the class's `vocab_size`.
+            bpe_dropout: overrides the class's `bpe_dropout`: the chance that each BPE
+                merge is skipped when a training pair is segmented (0.1 in Provilkov et
+                al., 2020); dev and test keep the one deterministic segmentation.
+            train_copies: overrides the class's `train_copies`: how many times the
+                training pairs are written, each copy segmented anew (with BPE-dropout,
+                about one per epoch the training will run).
             source: "auto", "raw" or (where offered) "tfds".
             tfds_data_dir: where TensorFlow Datasets keeps its downloads and prepared
                 data, for problems that offer the TFDS source (`tfds_name`).
@@ -183,6 +193,23 @@ class TranslateProblem(Problem):
                     "files in the raw folder"
                 )
             options.update(download=download, progress=progress)
+        bpe_dropout = self.bpe_dropout if bpe_dropout is None else bpe_dropout
+        train_copies = self.train_copies if train_copies is None else train_copies
+        if not 0.0 <= bpe_dropout < 1.0:
+            raise ValueError(
+                f"bpe_dropout={bpe_dropout}: the chance of skipping a merge must be at least 0 "
+                "and below 1 (0.1 in the BPE-dropout paper; 0 for none)"
+            )
+        if bpe_dropout and self.model_type != "bpe":
+            raise ValueError(
+                f"bpe_dropout={bpe_dropout} applies to BPE vocabularies; problem {self.name} "
+                f"has a {self.model_type} vocabulary"
+            )
+        if isinstance(train_copies, bool) or not isinstance(train_copies, int) or train_copies < 1:
+            raise ValueError(
+                f"train_copies={train_copies!r}: give the number of times the training pairs "
+                "are written, 1 or more"
+            )
         corpus = self.corpus(data_dir, raw_dir, source, **options)
         settings = {
             "format_version": FORMAT_VERSION,
@@ -192,6 +219,8 @@ class TranslateProblem(Problem):
             "model_type": self.model_type,
             "num_shards": {split: self.num_shards.get(split, 1) for split in corpus.splits},
         }
+        if bpe_dropout or train_copies > 1:  # Absent otherwise: earlier data stays up to date.
+            settings.update(bpe_dropout=bpe_dropout, train_copies=train_copies)
         symbols = self.vocab_symbols(corpus)
         if symbols:
             settings["user_symbols"] = symbols

@@ -187,6 +187,7 @@ class SentencePieceEncoder(TextEncoder):
         self._no_prefix_proto = _without_dummy_prefix(self.model_proto)
         self._no_prefix = spm.SentencePieceProcessor(model_proto=self._no_prefix_proto)
         self._mark_ids = [self._processor.piece_to_id(f"<0x{b:02X}>") for b in SPACE_MARK.encode()]
+        self._merges = None  # built on first use by `sample_batch`
 
     def _check_reserved_ids(self) -> None:
         processor = self._processor
@@ -227,6 +228,37 @@ class SentencePieceEncoder(TextEncoder):
                 ids[index] = self._encode_with_marks(text)
         return ids
 
+    def sample_batch(self, texts: list, dropout: float, seed: int) -> list:
+        """Ids of each of `texts` (no EOS) by BPE-dropout (Provilkov et al., 2020).
+
+        Each word is merged as `encode` merges it, best merge first, except that each
+        merge is refused with probability `dropout` when it comes up (as SentencePiece's
+        own sampling does), so a word may come out in smaller pieces. At 0 the ids equal
+        `encode`'s. The draws come from `random.Random(seed)`: the result depends on
+        `texts`, `dropout` and `seed` only, in any process. Empty texts and texts
+        holding U+2581 keep `encode`'s ids.
+        """
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"BPE-dropout must be at least 0 and below 1; got {dropout}")
+        if self.user_symbols:
+            raise ValueError(
+                f"{self.model_path}: BPE-dropout applies to vocabularies without user symbols; "
+                f"this one has {len(self.user_symbols)}"
+            )
+        if self._merges is None:
+            self._merges = _Merges(self.model_proto)
+        rng = random.Random(seed)
+        ids = []
+        for text in texts:
+            if not text or SPACE_MARK in text:
+                ids.append(self.encode_batch([text], num_threads=1)[0])
+                continue
+            row = []
+            for word in text.split(" "):
+                row += self._merges.sample(word, dropout, rng)
+            ids.append(row)
+        return ids
+
     def encode_words(self, words: list) -> list:
         """Ids of each of `words` as a word of a sentence: `▁word` (`▁` alone for "").
 
@@ -236,13 +268,13 @@ class SentencePieceEncoder(TextEncoder):
         """
         return self._no_prefix.encode([" " + word for word in words], num_threads=1)
 
-    def _encode_with_marks(self, text: str) -> list:
+    def _encode_with_marks(self, text: str, **sampling) -> list:
         # Each U+2581 becomes its byte pieces; the text between marks is encoded as
         # SentencePiece would encode it after its dummy-prefix space (first part only).
         parts = text.split(SPACE_MARK)
-        ids = self._no_prefix.encode(" " + parts[0]) if parts[0] else []
+        ids = self._no_prefix.encode(" " + parts[0], **sampling) if parts[0] else []
         for part in parts[1:]:
-            ids += self._mark_ids + self._no_prefix.encode(part)
+            ids += self._mark_ids + self._no_prefix.encode(part, **sampling)
         return ids
 
     def decode(self, ids) -> str:
@@ -327,6 +359,58 @@ class InGraphTokenizer(tf.Module):
         kept = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID))
         text = self._sentencepiece.detokenize(kept)  # [B]
         return tf.strings.regex_replace(text, "^ ", "")  # The dummy-prefix space.
+
+
+class _Merges:
+    """A BPE model's merges, applied in Python so that their random refusals are seeded.
+
+    SentencePiece merges the adjacent pair of symbols whose joined piece has the best
+    score (the earliest learned), the leftmost of equals first, until no pair joins into
+    a piece; a symbol that is not a piece is spelt with its UTF-8 byte pieces.
+    """
+
+    def __init__(self, model_proto: bytes):
+        proto = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
+        self.score, self.ids, self.bytes = {}, {}, {}
+        for index, piece in enumerate(proto.pieces):
+            if piece.type == piece.NORMAL:
+                self.score[piece.piece] = piece.score
+                self.ids[piece.piece] = index
+            elif piece.type == piece.BYTE:
+                self.bytes[int(piece.piece[3:5], 16)] = index
+
+    def sample(self, word: str, dropout: float, rng: random.Random) -> list:
+        """Ids of `▁word`, each merge refused with probability `dropout`."""
+        score = self.score
+        symbols = [SPACE_MARK, *word]
+        names = list(range(len(symbols)))  # which symbol a refusal was about
+        refused = set()
+        fresh = len(symbols)
+        while len(symbols) > 1:
+            best, best_score = -1, None
+            for i in range(len(symbols) - 1):
+                joined = score.get(symbols[i] + symbols[i + 1])
+                if joined is None or (best_score is not None and joined <= best_score):
+                    continue
+                if (names[i], names[i + 1]) in refused:
+                    continue
+                best, best_score = i, joined
+            if best < 0:
+                break
+            if dropout and rng.random() < dropout:
+                refused.add((names[best], names[best + 1]))
+                continue
+            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
+            names[best : best + 2] = [fresh]
+            fresh += 1
+        ids = []
+        for symbol in symbols:
+            found = self.ids.get(symbol)
+            if found is None:
+                ids += [self.bytes[b] for b in symbol.encode("utf-8")]
+            else:
+                ids.append(found)
+        return ids
 
 
 def _without_dummy_prefix(model_proto: bytes) -> bytes:

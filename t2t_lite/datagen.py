@@ -27,6 +27,17 @@ cli.define_folder(
 )  # fmt: skip
 cli.define_download_flags()
 flags.DEFINE_integer("vocab_size", None, "Shared vocabulary size; default: the problem's own.")
+flags.DEFINE_float(
+    "bpe_dropout", None,
+    "BPE-dropout (Provilkov et al., 2020) of the training pairs: the chance that each merge "
+    "is skipped, e.g. 0.1; dev and test keep one deterministic segmentation. Default: the "
+    "problem's own (0 for none). Use with --train_copies.",
+)  # fmt: skip
+flags.DEFINE_integer(
+    "train_copies", None,
+    "Times the training pairs are written, each copy segmented anew by --bpe_dropout: about "
+    "the number of epochs the training will run. Default: the problem's own (1).",
+)  # fmt: skip
 flags.DEFINE_enum(
     "source", "auto", ["auto", "raw", "tfds"],
     "Where the corpus comes from: raw files, TensorFlow Datasets, or auto (raw files if found).",
@@ -65,6 +76,9 @@ def main(argv):
     options = {}
     if FLAGS.vocab_size is not None:
         options["vocab_size"] = FLAGS.vocab_size
+    for name in ("bpe_dropout", "train_copies"):
+        if FLAGS[name].value is not None:
+            options[name] = FLAGS[name].value
     if FLAGS.source != "auto":
         options["source"] = FLAGS.source
     if FLAGS.workers is not None:

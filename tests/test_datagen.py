@@ -576,3 +576,72 @@ def test_kill_9_of_datagen_during_encoding_ends_its_workers(tmp_path, shared_dat
         for pid in workers:
             if _alive(pid):
                 os.kill(pid, 9)
+
+
+def _decoded_pairs(problem, data_dir, split):
+    encoder = problem.encoders(data_dir)["inputs"]
+    return [
+        (encoder.decode(e["inputs"]), encoder.decode(e["targets"]))
+        for e in problem.examples(split, data_dir).as_numpy_iterator()
+    ]
+
+
+def test_bpe_dropout_copies_hold_the_corpus_each_time_and_repeat_in_any_process(tmp_path, news_raw):
+    problem = NewsEnDe()
+    plain_dir, two, one = (str(tmp_path / name) for name in ("plain", "two", "one"))
+    plain = problem.generate_data(plain_dir, str(news_raw))
+    sampled = problem.generate_data(two, str(news_raw), bpe_dropout=0.1, train_copies=3)
+    problem.generate_data(one, str(news_raw), bpe_dropout=0.1, train_copies=3, workers=1)
+    assert shard_bytes(tmp_path / "two" / "news_ende") == shard_bytes(
+        tmp_path / "one" / "news_ende"
+    )
+    assert sampled["settings"]["bpe_dropout"] == 0.1
+    assert sampled["settings"]["train_copies"] == 3
+    assert "bpe_dropout" not in plain["settings"] and sampled["fingerprint"] != plain["fingerprint"]
+    # The vocabulary, dev and test are those of the plain data, byte for byte.
+    assert sampled["vocab"] == plain["vocab"]
+    for split in ("dev", "test"):
+        assert sampled["splits"][split] == plain["splits"][split]
+    train = sampled["splits"]["train"]
+    assert train["examples"] == 3 * plain["splits"]["train"]["examples"]
+    assert (train["copies"], train["bpe_dropout"]) == (3, 0.1)
+    assert train["target_tokens"] > 3 * plain["splits"]["train"]["target_tokens"]
+    # Each copy is the whole corpus, segmented anew: the text three times over, in
+    # other pieces than the plain ones and than each other.
+    texts = Counter(_decoded_pairs(problem, two, "train"))
+    assert texts == Counter(
+        {p: 3 * n for p, n in Counter(_decoded_pairs(problem, plain_dir, "train")).items()}
+    )
+    ids = Counter(
+        (tuple(e["inputs"]), tuple(e["targets"]))
+        for e in problem.examples("train", two).as_numpy_iterator()
+    )
+    assert len(ids) > 2.5 * plain["splits"]["train"]["examples"]
+    rerun = problem.generate_data(two, str(news_raw), bpe_dropout=0.1, train_copies=3)
+    assert rerun["status"] == "up to date"
+
+
+def test_bpe_dropout_and_copies_out_of_range_are_refused_by_name(tmp_path, news_raw):
+    problem = NewsEnDe()
+    for options, words in (
+        ({"bpe_dropout": 1.0}, "bpe_dropout=1.0: the chance of skipping a merge"),
+        ({"bpe_dropout": -0.1}, "bpe_dropout=-0.1"),
+        ({"train_copies": 0}, "train_copies=0: give the number of times"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            problem.generate_data(str(tmp_path), str(news_raw), **options)
+
+    class Unigram(NewsEnDe):
+        model_type = "unigram"
+
+    with pytest.raises(
+        ValueError, match="applies to BPE vocabularies; problem news_ende has a unigram"
+    ):
+        Unigram().generate_data(str(tmp_path), str(news_raw), bpe_dropout=0.1)
+    assert not (tmp_path / "news_ende").exists()
+    result = run_datagen(
+        "--problem=multi30k_ende", f"--data_dir={tmp_path}", f"--raw_dir={news_raw}",
+        "--bpe_dropout=2",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1].startswith("t2t_lite.datagen: bpe_dropout=2.0:")

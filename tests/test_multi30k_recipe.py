@@ -108,3 +108,18 @@ def test_a_negative_vocab_size_is_refused_by_name(recipe, capsys):
     with pytest.raises(SystemExit):
         recipe._arguments(["--raw_dir=r", "--work_dir=w", "--vocab_size=-5"])
     assert "--vocab_size: -5 is negative" in capsys.readouterr().err
+
+
+def test_bpe_dropout_and_copies_reach_datagen(recipe, shared_data, tmp_path):
+    raw = _head_of_multi30k(shared_data, tmp_path / "raw", 400)
+    base = [f"--raw_dir={raw}", f"--work_dir={tmp_path}", "--vocab_size=600"]
+    args = recipe._arguments(base)
+    assert args.bpe_dropout is None and args.train_copies is None  # the problem's own
+    flags = ["--bpe_dropout=0.1", "--train_copies=2"]
+    metadata = recipe.generate(recipe._arguments(base + flags), str(tmp_path / "d"))
+    assert (metadata["settings"]["bpe_dropout"], metadata["settings"]["train_copies"]) == (0.1, 2)
+    assert metadata["splits"]["train"]["examples"] == 800
+    assert metadata["splits"]["dev"]["examples"] == 400
+    with pytest.raises(SystemExit) as refused:
+        recipe.generate(recipe._arguments(base + ["--train_copies=0"]), str(tmp_path / "e"))
+    assert str(refused.value.code).startswith("multi30k_recipe: train_copies=0: give the number")

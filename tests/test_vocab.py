@@ -227,3 +227,65 @@ def test_vocab_sample_holds_what_reservoir_sample_would(tmp_path, shared_data):
     # A sample larger than the text holds all of it, in corpus order.
     assert sampling.vocab_sample(corpus, 10_000, path, {}, Progress()) == len(sentences)
     assert list(sampling.read_sample(path)) == sentences
+
+
+def test_bpe_dropout_at_zero_gives_the_ids_of_plain_sentencepiece(encoder, shared_data):
+    lines = _real_lines(shared_data) + EDGE_CASES
+    reference = spm.SentencePieceProcessor(model_file=encoder.model_path)
+    got = encoder.sample_batch(lines, 0.0, seed=1)
+    assert got == encoder.encode_batch(lines)
+    plain = [i for i, line in enumerate(lines) if vocab.SPACE_MARK not in line]
+    assert [got[i] for i in plain] == reference.encode([lines[i] for i in plain])
+
+
+def test_bpe_dropout_round_trips_and_repeats_from_its_seed(encoder, shared_data):
+    lines = _real_lines(shared_data) + EDGE_CASES
+    sampled = encoder.sample_batch(lines, 0.1, seed=7)
+    assert [encoder.decode(row) for row in sampled] == lines
+    assert encoder.sample_batch(lines, 0.1, seed=7) == sampled
+    other = encoder.sample_batch(lines, 0.1, seed=8)
+    assert sum(a != b for a, b in zip(sampled, other)) > len(lines) // 4
+    flat = [i for row in sampled for i in row]
+    assert min(flat) >= 3, "text must never produce pad, EOS or unk"
+    assert len(flat) > 1.03 * sum(map(len, encoder.encode_batch(lines)))
+
+
+def test_a_lone_merge_is_refused_with_the_dropout_probability(encoder):
+    # "a" is `▁` and `a`: one merge joins them, and nothing else can, so the word stays in
+    # two pieces exactly when that merge is refused.
+    whole = encoder.encode("a")
+    assert len(whole) == 1 and encoder.pieces()[whole[0]] == "\u2581a"
+    trials, dropout = 20_000, 0.25
+    rows = encoder.sample_batch(["a"] * trials, dropout, seed=3)
+    split = sum(len(row) == 2 for row in rows)
+    assert all(len(row) in (1, 2) for row in rows)
+    sigma = (trials * dropout * (1 - dropout)) ** 0.5
+    assert abs(split - trials * dropout) < 5 * sigma
+
+
+def test_bpe_dropout_lengthens_text_as_sentencepiece_sampling_does(encoder, shared_data):
+    # SentencePiece's own BPE-dropout (`enable_sampling`, unseeded): the same refusal rule,
+    # so the same mean length, whichever draws each side makes.
+    reference = spm.SentencePieceProcessor(model_file=encoder.model_path)
+    lines = []
+    for language in ("en", "de"):
+        with gzip.open(shared_data / "multi30k" / f"val.{language}.gz", "rt") as f:
+            lines += [line.rstrip("\n") for line in f]
+    for dropout in (0.1, 0.3):
+        ours = sum(map(len, encoder.sample_batch(lines, dropout, seed=11)))
+        theirs = sum(
+            len(reference.encode(line, enable_sampling=True, alpha=dropout, nbest_size=-1))
+            for line in lines
+        )
+        assert abs(ours / theirs - 1) < 0.02, (dropout, ours, theirs)
+
+
+def test_bpe_dropout_names_what_it_cannot_do(encoder, tmp_path, shared_data):
+    for dropout in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="at least 0 and below 1"):
+            encoder.sample_batch(["a"], dropout, seed=1)
+    lines = _real_lines(shared_data)[:2000]
+    path = str(tmp_path / "symbols.model")
+    vocab.train_sentencepiece(lines, path, vocab_size=800, user_symbols=["New\u2581York"])
+    with pytest.raises(ValueError, match="without user symbols; this one has 1"):
+        vocab.SentencePieceEncoder(path).sample_batch(["New York"], 0.1, seed=1)

@@ -42,6 +42,15 @@ def _arguments(argv):
         "--vocab_size", type=int, default=0,
         help="pieces of the shared BPE vocabulary; 0: the problem's own (8,000)",
     )
+    parser.add_argument(
+        "--bpe_dropout", type=float, default=None,
+        help="BPE-dropout of the training pairs (0 for none); default: the problem's own",
+    )
+    parser.add_argument(
+        "--train_copies", type=int, default=None,
+        help="times the training pairs are written, each segmented anew by --bpe_dropout; "
+        "default: the problem's own",
+    )
     parser.add_argument("--save_every", type=int, default=200)
     parser.add_argument("--num_last", type=int, default=5, help="checkpoints to average")
     parser.add_argument("--beam_size", type=int, default=4)
@@ -80,9 +89,16 @@ def generate(args, data_dir: str) -> dict:
     """Datagen of the recipe's problem from `--raw_dir`; returns the data's metadata."""
     from t2t_lite import problems
 
-    return problems.get(PROBLEM).generate_data(
-        data_dir, args.raw_dir, vocab_size=args.vocab_size or None
-    )
+    try:
+        return problems.get(PROBLEM).generate_data(
+            data_dir,
+            args.raw_dir,
+            vocab_size=args.vocab_size or None,
+            bpe_dropout=args.bpe_dropout,
+            train_copies=args.train_copies,
+        )
+    except ValueError as error:
+        sys.exit(f"multi30k_recipe: {error}")
 
 
 def training_dtype_policy(choice: str, default: str, has_gpu: bool, cpuinfo_path=None) -> str:
@@ -142,7 +158,8 @@ def run(args) -> dict:
 
     started = time.monotonic()
     print(f"== datagen {PROBLEM} from {args.raw_dir}")
-    vocab_size = generate(args, data_dir)["settings"]["vocab_size"]
+    settings = generate(args, data_dir)["settings"]
+    vocab_size = settings["vocab_size"]
     datagen_seconds = time.monotonic() - started
 
     import tensorflow as tf
@@ -166,6 +183,8 @@ def run(args) -> dict:
     results = {
         "problem": PROBLEM, "hparams_set": args.hparams_set, "hparams": args.hparams,
         "dtype_policy": hp.dtype_policy, "seed": args.seed, "vocab_size": vocab_size,
+        "bpe_dropout": settings.get("bpe_dropout", 0.0),
+        "train_copies": settings.get("train_copies", 1),
         "budget_minutes": args.minutes, "training_seconds": training_seconds,
         "train_tokens_per_sec": _median_tokens_per_sec(os.path.join(output_dir, "train")),
         "datagen_seconds": datagen_seconds, "final_eval": metrics,
