@@ -227,7 +227,7 @@ def _encoded(pool: Workers, corpus, split: str, stats: dict, sampling: tuple):
 
 
 def _chunk_seed(copy: int, index: int) -> int:
-    """The sampling seed of chunk `index` of copy `copy` (SentencePiece takes 32 bits)."""
+    """The seed of the draws for chunk `index` of copy `copy`."""
     return int(digest(f"{_SEED}:{copy}:{index}".encode())[:8], 16)
 
 
