@@ -268,13 +268,13 @@ class SentencePieceEncoder(TextEncoder):
         """
         return self._no_prefix.encode([" " + word for word in words], num_threads=1)
 
-    def _encode_with_marks(self, text: str, **sampling) -> list:
+    def _encode_with_marks(self, text: str) -> list:
         # Each U+2581 becomes its byte pieces; the text between marks is encoded as
         # SentencePiece would encode it after its dummy-prefix space (first part only).
         parts = text.split(SPACE_MARK)
-        ids = self._no_prefix.encode(" " + parts[0], **sampling) if parts[0] else []
+        ids = self._no_prefix.encode(" " + parts[0]) if parts[0] else []
         for part in parts[1:]:
-            ids += self._mark_ids + self._no_prefix.encode(part, **sampling)
+            ids += self._mark_ids + self._no_prefix.encode(part)
         return ids
 
     def decode(self, ids) -> str:
