@@ -246,7 +246,9 @@ class SentencePieceEncoder(TextEncoder):
                 f"this one has {len(self.user_symbols)}"
             )
         if self._merges is None:
-            self._merges = _Merges(self.model_proto)
+            from t2t_lite.problems.bpe_dropout import Merges  # imports this module
+
+            self._merges = Merges(self.model_proto)
         rng = random.Random(seed)
         ids = []
         for text in texts:
@@ -359,58 +361,6 @@ class InGraphTokenizer(tf.Module):
         kept = tf.ragged.boolean_mask(ids, before_eos & (ids != PAD_ID))
         text = self._sentencepiece.detokenize(kept)  # [B]
         return tf.strings.regex_replace(text, "^ ", "")  # The dummy-prefix space.
-
-
-class _Merges:
-    """A BPE model's merges, applied in Python so that their random refusals are seeded.
-
-    SentencePiece merges the adjacent pair of symbols whose joined piece has the best
-    score (the earliest learned), the leftmost of equals first, until no pair joins into
-    a piece; a symbol that is not a piece is spelt with its UTF-8 byte pieces.
-    """
-
-    def __init__(self, model_proto: bytes):
-        proto = sentencepiece_model_pb2.ModelProto.FromString(model_proto)
-        self.score, self.ids, self.bytes = {}, {}, {}
-        for index, piece in enumerate(proto.pieces):
-            if piece.type == piece.NORMAL:
-                self.score[piece.piece] = piece.score
-                self.ids[piece.piece] = index
-            elif piece.type == piece.BYTE:
-                self.bytes[int(piece.piece[3:5], 16)] = index
-
-    def sample(self, word: str, dropout: float, rng: random.Random) -> list:
-        """Ids of `▁word`, each merge refused with probability `dropout`."""
-        score = self.score
-        symbols = [SPACE_MARK, *word]
-        names = list(range(len(symbols)))  # which symbol a refusal was about
-        refused = set()
-        fresh = len(symbols)
-        while len(symbols) > 1:
-            best, best_score = -1, None
-            for i in range(len(symbols) - 1):
-                joined = score.get(symbols[i] + symbols[i + 1])
-                if joined is None or (best_score is not None and joined <= best_score):
-                    continue
-                if (names[i], names[i + 1]) in refused:
-                    continue
-                best, best_score = i, joined
-            if best < 0:
-                break
-            if dropout and rng.random() < dropout:
-                refused.add((names[best], names[best + 1]))
-                continue
-            symbols[best : best + 2] = [symbols[best] + symbols[best + 1]]
-            names[best : best + 2] = [fresh]
-            fresh += 1
-        ids = []
-        for symbol in symbols:
-            found = self.ids.get(symbol)
-            if found is None:
-                ids += [self.bytes[b] for b in symbol.encode("utf-8")]
-            else:
-                ids.append(found)
-        return ids
 
 
 def _without_dummy_prefix(model_proto: bytes) -> bytes:
