@@ -1,5 +1,8 @@
 """tools/multi30k_recipe.py: the precision it trains in and the speed it reports.
 
+The precision comes from `cpu_features.training_policy`, which tools/parse_wsj_sample.py
+shares.
+
 The recipe itself runs for 30 minutes and is measured by hand (docs/quality.md); these tests
 cover the parts it decides from the machine and the vocabulary it builds.
 """
@@ -12,6 +15,8 @@ import sentencepiece as spm
 import tensorflow as tf
 from conftest import load_tool
 
+from t2t_lite.training import cpu_features
+
 WITH_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 amx_tile\n"
 WITHOUT_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n"
 
@@ -21,11 +26,11 @@ def recipe():
     return load_tool("multi30k_recipe")
 
 
-def test_auto_trains_in_bfloat16_only_on_a_cpu_that_multiplies_it(recipe, tmp_path):
+def test_auto_trains_in_bfloat16_only_on_a_cpu_that_multiplies_it(tmp_path):
     with_bf16, without = tmp_path / "with", tmp_path / "without"
     with_bf16.write_text(WITH_BF16)
     without.write_text(WITHOUT_BF16)
-    choose = recipe.training_dtype_policy
+    choose = cpu_features.training_policy
     assert choose("auto", "float32", False, str(with_bf16)) == "mixed_bfloat16"
     assert choose("auto", "float32", False, str(without)) == "float32"
     assert choose("auto", "float32", False, str(tmp_path / "unreadable")) == "float32"

@@ -101,30 +101,13 @@ def generate(args, data_dir: str) -> dict:
         sys.exit(f"multi30k_recipe: {error}")
 
 
-def training_dtype_policy(choice: str, default: str, has_gpu: bool, cpuinfo_path=None) -> str:
-    """The policy the recipe trains in.
-
-    bfloat16 products are native on CPUs with AVX512_BF16 or AMX, where the step runs about
-    twice as fast; elsewhere they are emulated and slower than float32. GPUs keep the hparams
-    set's policy.
-    """
-    from t2t_lite.training import cpu_features
-
-    if choice == "set":
-        return default
-    if choice != "auto":
-        return choice
-    if has_gpu or not cpu_features.native_bfloat16(cpuinfo_path):
-        return default
-    return "mixed_bfloat16"
-
-
 def recipe_hparams(args, has_gpu: bool, cpuinfo_path=None):
     """`--hparams_set` in the training policy; `--hparams` overrides come last and win."""
     from t2t_lite import hparams as hparams_lib
+    from t2t_lite.training import cpu_features
 
     hp = hparams_lib.get(args.hparams_set)
-    policy = training_dtype_policy(args.dtype_policy, hp.dtype_policy, has_gpu, cpuinfo_path)
+    policy = cpu_features.training_policy(args.dtype_policy, hp.dtype_policy, has_gpu, cpuinfo_path)
     overrides = ",".join(filter(None, [f"dtype_policy={policy}", args.hparams]))
     return hparams_lib.override(hp, overrides)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 CPUINFO = "/proc/cpuinfo"
 # Feature names as Linux lists them: x86 "flags" lines, Arm "Features" lines.
 BFLOAT16_FEATURES = {"avx512_bf16", "amx_bf16", "bf16"}
+# What a tool's --dtype_policy takes: the hparams set's own policy, the machine's choice, or one.
+POLICY_CHOICES = ("set", "auto", "float32", "mixed_bfloat16")
 
 
 def cpu_features(cpuinfo_text: str) -> set:
@@ -53,3 +55,22 @@ def bfloat16_warning(
         "to float32 and back, slower than float32 itself; --hparams=dtype_policy=float32 trains "
         "faster here"
     )
+
+
+def training_policy(
+    choice: str, default: str, has_gpu: bool, cpuinfo_path: str | None = None
+) -> str:
+    """The policy to train in, for a tool's `--dtype_policy` (one of `POLICY_CHOICES`).
+
+    "set" keeps `default` (the hparams set's); "auto" picks `mixed_bfloat16` on a CPU with
+    bfloat16 instructions, where a step runs about twice as fast, and `default` elsewhere
+    (emulated bfloat16 is slower than float32; GPUs keep the set's policy); any other
+    choice is used as it is.
+    """
+    if choice == "set":
+        return default
+    if choice != "auto":
+        return choice
+    if has_gpu or not native_bfloat16(cpuinfo_path):
+        return default
+    return "mixed_bfloat16"
