@@ -1,6 +1,7 @@
 """Trains a parser on the shared WSJ sample and scores it against a right-branching baseline.
 
     python tools/parse_wsj_sample.py --minutes=30 [--train_steps=N] [--beam_size=21] \\
+        [--dtype_policy=auto] [--save_every=500 --num_last=1] \\
         [--splits=dev,test] [--unconstrained] [--greedy] [--ptb_output] \\
         [--shared_data=../shared/data] [--work_dir=/tmp/wsj_parsing_sample]
 
@@ -10,7 +11,10 @@
 2. training: `--hparams_set` (transformer_parsing_small) for `--train_steps` updates, or for
    about `--minutes` of wall time: a first chunk of `--calibration_steps` measures the speed,
    then training resumes in chunks sized to fill the budget; checkpoints go to `WORK_DIR/run`
-   (a rerun resumes from them, and `--minutes` then trains that much longer);
+   every `--save_every` updates (a rerun resumes from them, and `--minutes` then trains that
+   much longer). `--dtype_policy=auto` trains in `mixed_bfloat16` on a CPU with bfloat16
+   instructions (AVX512_BF16, AMX), in the set's policy elsewhere; `--num_last` above 1
+   decodes with the average of that many of the newest checkpoints instead of the last one;
 3. decoding of the sentences of each of `--splits` with beam search constrained to trees
    over the sentence's words (`WsjParsing.search_constraint`), by default with the problem's
    decode settings (beam 21, alpha 0.3, input + 300 tokens, section 6.3 of the paper);
@@ -42,13 +46,14 @@ from t2t_lite import problems  # noqa: E402
 from t2t_lite.problems import EOS_ID, trees  # noqa: E402
 from t2t_lite.runs import load_trained_model  # noqa: E402
 from t2t_lite.search import SearchConfig, Translator, strip_ids  # noqa: E402
+from t2t_lite.training import average_last_checkpoints, cpu_features  # noqa: E402
 from t2t_lite.training.trainer import RunConfig, train_and_evaluate  # noqa: E402
 
 PROBLEM = "wsj_parsing"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared_data", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--work_dir", default="/tmp/wsj_parsing_sample")
@@ -59,6 +64,15 @@ def parse_args() -> argparse.Namespace:
     budget.add_argument("--train_steps", type=int, help="optimizer updates (global step)")
     budget.add_argument("--minutes", type=float, help="wall-time budget of training")
     parser.add_argument("--calibration_steps", type=int, default=200)
+    parser.add_argument(
+        "--dtype_policy", default="set", choices=cpu_features.POLICY_CHOICES,
+        help="set: the hparams set's own policy; auto: mixed_bfloat16 on a CPU with bfloat16 "
+        "instructions and no GPU, else the set's policy",
+    )  # fmt: skip
+    parser.add_argument("--save_every", type=int, default=500, help="updates between checkpoints")
+    parser.add_argument(
+        "--num_last", type=int, default=1, help="decode the average of this many newest checkpoints"
+    )
     parser.add_argument("--beam_size", type=int, default=None, help="default: the problem's")
     parser.add_argument("--alpha", type=float, default=None, help="default: the problem's")
     parser.add_argument("--extra_length", type=int, default=None, help="default: the problem's")
@@ -72,7 +86,11 @@ def parse_args() -> argparse.Namespace:
         "--ptb_output", action="store_true", help="raw PTB gold, trees in PTB form ( (S ...) )"
     )
     parser.add_argument("--seed", type=int, default=1)
-    return parser.parse_args()
+    args = parser.parse_args(argv)
+    for name in ("save_every", "num_last"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: {getattr(args, name)} is not a positive count of checkpoints")
+    return args
 
 
 def current_step(output_dir: str) -> int:
@@ -81,14 +99,25 @@ def current_step(output_dir: str) -> int:
     return int(re.search(r"ckpt-(\d+)$", path).group(1)) if path else 0
 
 
+def training_hparams(args, has_gpu: bool, cpuinfo_path=None):
+    """`--hparams_set` in the `--dtype_policy` policy; `--hparams` overrides come last and win."""
+    hp = hparams_lib.get(args.hparams_set)
+    policy = cpu_features.training_policy(args.dtype_policy, hp.dtype_policy, has_gpu, cpuinfo_path)
+    return hparams_lib.override(
+        hp, ",".join(filter(None, [f"dtype_policy={policy}", args.hparams]))
+    )
+
+
 def train(args, data_dir: str, output_dir: str) -> int:
     """Trains for the step or time budget; returns the final global step."""
-    hp = hparams_lib.override(hparams_lib.get(args.hparams_set), args.hparams)
+    hp = training_hparams(args, has_gpu=bool(tf.config.list_physical_devices("GPU")))
+    print(f"training {args.hparams_set} in {hp.dtype_policy}")
 
     def run(steps: int) -> None:
         config = RunConfig(
             problem=PROBLEM, output_dir=output_dir, data_dir=data_dir, train_steps=steps,
-            eval_every=500, save_every=500, log_every=100, seed=args.seed,
+            eval_every=500, save_every=args.save_every, keep_checkpoints=max(20, args.num_last),
+            log_every=100, seed=args.seed,
         )  # fmt: skip
         train_and_evaluate(config, hp)
 
@@ -227,11 +256,21 @@ def main() -> None:
     print(f"datagen ({metadata['status']}): {counts}, vocab {args.vocab_size}")
 
     steps = train(args, data_dir, output_dir)
-    model = load_trained_model(PROBLEM, data_dir, output_dir).model
+    model, title = trained_model(args, data_dir, output_dir, steps)
     config = search_config(args, problem)
     for split in args.splits.split(","):
-        title = f"{args.hparams_set}, {steps} steps"
         evaluate_split(split, model, problem, config, data_dir, raw_dir, args, title)
+
+
+def trained_model(args, data_dir: str, output_dir: str, steps: int):
+    """(model, its row title): the newest checkpoint, or the average of `--num_last`."""
+    title = f"{args.hparams_set}, {steps} steps"
+    if args.num_last == 1:
+        return load_trained_model(PROBLEM, data_dir, output_dir).model, title
+    averaged = average_last_checkpoints(output_dir, args.num_last, allow_fewer=True)
+    print(f"decoding with the average of the last {args.num_last} checkpoints: {averaged}")
+    model = load_trained_model(PROBLEM, data_dir, output_dir, checkpoint_path=averaged).model
+    return model, f"{title}, last {args.num_last} averaged"
 
 
 def _well_formed(output: str, text: str) -> bool:
