@@ -102,14 +102,12 @@ def generate(args, data_dir: str) -> dict:
 
 
 def recipe_hparams(args, has_gpu: bool, cpuinfo_path=None):
-    """`--hparams_set` in the training policy; `--hparams` overrides come last and win."""
-    from t2t_lite import hparams as hparams_lib
+    """`--hparams_set` in the `--dtype_policy` policy; `--hparams` overrides come last and win."""
     from t2t_lite.training import cpu_features
 
-    hp = hparams_lib.get(args.hparams_set)
-    policy = cpu_features.training_policy(args.dtype_policy, hp.dtype_policy, has_gpu, cpuinfo_path)
-    overrides = ",".join(filter(None, [f"dtype_policy={policy}", args.hparams]))
-    return hparams_lib.override(hp, overrides)
+    return cpu_features.training_hparams(
+        args.hparams_set, args.dtype_policy, args.hparams, has_gpu, cpuinfo_path
+    )
 
 
 def _median_tokens_per_sec(train_dir: str) -> float | None:

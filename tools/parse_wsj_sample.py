@@ -41,7 +41,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from t2t_lite import hparams as hparams_lib  # noqa: E402
 from t2t_lite import problems  # noqa: E402
 from t2t_lite.problems import EOS_ID, trees  # noqa: E402
 from t2t_lite.runs import load_trained_model  # noqa: E402
@@ -101,10 +100,8 @@ def current_step(output_dir: str) -> int:
 
 def training_hparams(args, has_gpu: bool, cpuinfo_path=None):
     """`--hparams_set` in the `--dtype_policy` policy; `--hparams` overrides come last and win."""
-    hp = hparams_lib.get(args.hparams_set)
-    policy = cpu_features.training_policy(args.dtype_policy, hp.dtype_policy, has_gpu, cpuinfo_path)
-    return hparams_lib.override(
-        hp, ",".join(filter(None, [f"dtype_policy={policy}", args.hparams]))
+    return cpu_features.training_hparams(
+        args.hparams_set, args.dtype_policy, args.hparams, has_gpu, cpuinfo_path
     )
 
 

@@ -74,3 +74,21 @@ def training_policy(
     if has_gpu or not native_bfloat16(cpuinfo_path):
         return default
     return "mixed_bfloat16"
+
+
+def training_hparams(
+    hparams_set: str,
+    choice: str,
+    overrides: str = "",
+    has_gpu: bool = False,
+    cpuinfo_path: str | None = None,
+):
+    """`hparams_set` in the policy `training_policy` picks for `choice`.
+
+    `overrides` ("name=value,...") come last, so an explicit `dtype_policy=` in them wins.
+    """
+    from t2t_lite import hparams as hparams_lib
+
+    hp = hparams_lib.get(hparams_set)
+    policy = training_policy(choice, hp.dtype_policy, has_gpu, cpuinfo_path)
+    return hparams_lib.override(hp, ",".join(filter(None, [f"dtype_policy={policy}", overrides])))
