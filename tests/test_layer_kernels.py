@@ -11,9 +11,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras import ops
 
 from t2t_lite import kernels
-from t2t_lite.kernels import cross_entropy, keras_internals, projection
+from t2t_lite.kernels import cache_write, cross_entropy, keras_internals, projection
 from t2t_lite.layers import masks
 from t2t_lite.layers.attention import MultiHeadAttention
 from t2t_lite.layers.dropout import Dropout
@@ -346,3 +347,38 @@ def test_reduced_gradient_adam_applies_each_replicas_gradient_unsummed(fused):
     tf.function(lambda: strategy.run(replica_step))()
     for replica_value in strategy.experimental_local_results(weight.value):
         np.testing.assert_allclose(replica_value.numpy(), [unsummed], rtol=1e-5)
+
+
+# The decoding cache's in-place write against the copying scatter.
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+def test_cache_write_equals_scatter_update_in_a_search_loop(jit):
+    """Slots written in order while rows are reordered every step, as a beam search does."""
+    rows, heads, length, size = 6, 2, 5, 4
+    start = np.zeros((rows, heads, length, size), "float32")
+    updates = tf.constant(_randn(length, rows, heads, size, seed=22))
+    parents = tf.constant(np.random.default_rng(23).integers(0, rows, (length, rows)), tf.int32)
+
+    def run(write):
+        def body(i, cache):
+            slots = tf.stack(
+                [
+                    tf.broadcast_to(tf.range(rows)[:, None], (rows, heads)),
+                    tf.broadcast_to(tf.range(heads)[None, :], (rows, heads)),
+                    tf.fill((rows, heads), i),
+                ],
+                axis=-1,
+            )
+            cache = write(cache, slots, updates[i])
+            return i + 1, tf.gather(cache, parents[i])
+
+        loop = tf.function(
+            lambda c: tf.while_loop(lambda i, _: i < length, body, (0, c))[1], jit_compile=jit
+        )
+        return loop(tf.constant(start)).numpy()
+
+    written = run(cache_write.write_slot)
+    np.testing.assert_array_equal(written, run(ops.scatter_update))
+    assert np.count_nonzero(written) == written.size  # every slot written
+    np.testing.assert_array_equal(start, 0.0)  # the caller's zeros untouched

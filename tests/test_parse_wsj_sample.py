@@ -46,7 +46,8 @@ def test_the_policy_reaches_the_hparams_and_an_explicit_override_wins(tool, tmp_
     "flag, message",
     [
         ("--num_last=0", "--num_last: 0 is not a positive count"),
-        ("--save_every=-5", "--save_every: -5 is not a positive count"),
+        ("--save_every=-5", "--save_every: -5 is not a positive count of updates"),
+        ("--decode_batch=0", "--decode_batch: 0 is not a positive count of sentences"),
         ("--dtype_policy=float16", "invalid choice: 'float16'"),
     ],
 )

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from t2t_lite import kernels as kernel_sets
-from t2t_lite.kernels import projection
+from t2t_lite.kernels import cache_write, projection
 from t2t_lite.layers.dropout import Dropout
 
 # Added to the logits of masked keys; exp() of it underflows to exactly 0 in float32.
@@ -28,7 +28,9 @@ class MultiHeadAttention(keras.layers.Layer):
     - cached self-attention step: `layer(x, cache=c, cache_index=i, attention_mask=m)`
       with x [B, 1, D] and c = {"key", "value"} of [B, H, L, Dh]. The new key/value is
       scattered into slot i (no dynamic slicing, no growing tensors), so shapes are static
-      under `tf.function(jit_compile=True)`. Returns (output, new_cache).
+      under `tf.function(jit_compile=True)`; slot i must still hold the zeros the cache
+      started with (steps write slots 0, 1, ... in order), which lets the CPU kernel
+      write in place (`t2t_lite.kernels.cache_write`). Returns (output, new_cache).
 
     Stored keys and values (the cache, `compute_key_value`) are head-major, [B, H, T, Dh]:
     the two attention products then read them as they lie, where [B, T, H, Dh] would be
@@ -104,6 +106,12 @@ class MultiHeadAttention(keras.layers.Layer):
             return projection.positionwise(dense, x)
         return dense(x)
 
+    def _write(self, cache, slots, update):
+        """The step's key or value into its (still empty) slot; in place with the CPU kernel."""
+        if self.kernels == kernel_sets.CPU:
+            return cache_write.write_slot(cache, slots, update)
+        return ops.scatter_update(cache, slots, update)
+
     def compute_key_value(self, value):
         """Projects the memory once: {"key", "value"}, each [B, H, Tk, Dh]."""
         return {
@@ -164,8 +172,8 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"got a query of length {query.shape[1]}"
                 )
             slots = _slot_indices(ops.shape(key)[0], self.num_heads, cache_index)
-            key = ops.scatter_update(cache["key"], slots, key[:, :, 0])  # [B, H, L, Dh]
-            value_heads = ops.scatter_update(cache["value"], slots, value_heads[:, :, 0])
+            key = self._write(cache["key"], slots, key[:, :, 0])  # [B, H, L, Dh]
+            value_heads = self._write(cache["value"], slots, value_heads[:, :, 0])
             new_cache = {"key": key, "value": value_heads}
 
         output, weights = self._attend(query_heads, key, value_heads, attention_mask, training)
