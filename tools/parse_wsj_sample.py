@@ -79,16 +79,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--unconstrained", action="store_true", help="also decode without the tree constraint"
     )
-    parser.add_argument("--decode_batch", type=int, default=4, help="sentences per search")
+    parser.add_argument(
+        "--decode_batch", type=int, default=16,
+        help="sentences per search (16: the fastest measured, docs/parsing.md#parsing-speed)",
+    )  # fmt: skip
     parser.add_argument("--splits", default="dev,test", help="comma-separated: dev, test")
     parser.add_argument(
         "--ptb_output", action="store_true", help="raw PTB gold, trees in PTB form ( (S ...) )"
     )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    for name in ("save_every", "num_last"):
+    for name, what in (
+        ("save_every", "updates"),
+        ("num_last", "checkpoints"),
+        ("decode_batch", "sentences"),
+    ):
         if getattr(args, name) < 1:
-            parser.error(f"--{name}: {getattr(args, name)} is not a positive count of checkpoints")
+            parser.error(f"--{name}: {getattr(args, name)} is not a positive count of {what}")
     return args
 
 
