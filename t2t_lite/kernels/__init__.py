@@ -2,9 +2,9 @@
 
 - "keras": the plain Keras formulation, the layers' own code; any backend, any device.
 - "cpu": the same functions written for TensorFlow's CPU kernels, one module each here
-  (`layer_norm`, `dropout`, `projection`, `adam`, `cross_entropy`). Equal to the Keras
-  formulation up to float rounding (tests/test_layer_kernels.py); dropout draws other
-  random masks with the same distribution.
+  (`layer_norm`, `dropout`, `projection`, `adam`, `cross_entropy`, `cache_write`). Equal to
+  the Keras formulation up to float rounding (tests/test_layer_kernels.py; the cache write
+  bit for bit); dropout draws other random masks with the same distribution.
 
 The choice changes no variable: a checkpoint written with either set restores into a
 model built with the other. `resolve` turns the hparam `kernels` ("auto", "cpu" or

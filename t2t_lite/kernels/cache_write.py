@@ -45,7 +45,10 @@ def _in_xla() -> bool:
     if tf.executing_eagerly():
         return False
     # TensorFlow's own test of an XLA context (it marks jit_compile functions and their
-    # loop bodies); there is no public equivalent.
-    from tensorflow.python.ops import control_flow_util
-
+    # loop bodies); there is no public equivalent. Should a release move it, the write
+    # falls back to the scatter, which is right everywhere.
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return True
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
