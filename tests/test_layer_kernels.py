@@ -378,7 +378,11 @@ def test_cache_write_equals_scatter_update_in_a_search_loop(jit):
         )
         return loop(tf.constant(start)).numpy()
 
+    expected = start.copy()  # the same loop in NumPy: write slot i, then reorder the rows
+    for i in range(length):
+        expected[:, :, i] = updates[i].numpy()
+        expected = expected[parents[i].numpy()]
     written = run(cache_write.write_slot)
-    np.testing.assert_array_equal(written, run(ops.scatter_update))
-    assert np.count_nonzero(written) == written.size  # every slot written
+    np.testing.assert_array_equal(written, expected)
+    np.testing.assert_array_equal(run(ops.scatter_update), expected)
     np.testing.assert_array_equal(start, 0.0)  # the caller's zeros untouched
