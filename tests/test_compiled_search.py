@@ -79,7 +79,7 @@ def test_translator_equals_the_saved_model_bit_for_bit(tmp_path, jit_compile):
     expected = bool(tf.config.list_logical_devices("GPU")) if jit_compile is None else True
     assert translator.jit_compile == expected
     assert xla_compiled(translator.function.search.get_concrete_function()) == expected
-    assert xla_compiled(module.searcher.search.get_concrete_function()) == expected
+    assert xla_compiled(module.searcher.concrete_search()) == expected
 
 
 @pytest.mark.parametrize("method", ["beam", "greedy"])

@@ -190,6 +190,24 @@ def test_versions_are_written_in_tf_serving_layout(exported):
     assert json.load(open(os.path.join(exported.text_dir, WARMUP_FILE)))[0]["instances"] == [""]
 
 
+def test_each_search_is_saved_once(exported):
+    # One loop per offered beam size (1 and 2) for the search that every translating
+    # signature calls, and as many for the guided search of `translate_constrained` (text
+    # model only): a search traced again by the saver would add its loops once more.
+    for folder, searches in ((exported.text_dir, 2), (exported.ids_dir, 1)):
+        saved = saved_model_pb2.SavedModel()
+        with open(os.path.join(folder, "saved_model.pb"), "rb") as handle:
+            saved.ParseFromString(handle.read())
+        library = saved.meta_graphs[0].graph_def.library
+        loops = [
+            node.name
+            for function in library.function
+            for node in function.node_def
+            if node.op in ("While", "StatelessWhile")
+        ]
+        assert len(loops) == 2 * searches, (folder, loops)
+
+
 def test_fresh_process_text_equals_in_process_search(fresh, reference):
     _, _, scores, text = reference
     assert fresh["default"]["translations"] == text

@@ -260,7 +260,10 @@ def _save(module: TranslationModule, model_dir: str, version: int, metadata: dic
     temporary = os.path.join(model_dir, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(temporary, ignore_errors=True)
     signatures = module.signatures()
-    tf.saved_model.save(module, temporary, signatures=signatures)
+    # The export serves; nothing differentiates it. Without the gradient functions of the
+    # custom-gradient kernels (layer norm) the saver traces and writes less.
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+    tf.saved_model.save(module, temporary, signatures=signatures, options=options)
     os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
     with open(os.path.join(temporary, METADATA_FILE), "w") as f:
         json.dump(dict(metadata, signatures=sorted(signatures)), f, indent=2, sort_keys=True)

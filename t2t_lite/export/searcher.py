@@ -68,9 +68,21 @@ class BeamSearcher(tf.Module):
         self.weights = backing_variables(model)
         self.search_config = search_config
         self._source_vocab_size = model.vocab_size
-        self.search = tf.function(
-            self._search, autograph=False, input_signature=list(SEARCH_SIGNATURE)
+        # Not an attribute the SavedModel saver can see: it would trace the function once
+        # more in its own context (a second copy of the whole search in the export, and
+        # as long again to write). Signatures reach it through their own graphs.
+        self._search_function = _Untracked(
+            tf.function(self._search, autograph=False, input_signature=list(SEARCH_SIGNATURE))
         )
+
+    def search(self, input_ids, beam_size, alpha):
+        """(input_ids [B, S], beam_size [], alpha []) -> (ids [B, K, L], scores [B, K]): the
+        traced search (`_search`), one trace for every signature that calls it."""
+        return self._search_function.value(input_ids, beam_size, alpha)
+
+    def concrete_search(self):
+        """The search's concrete function (its one trace)."""
+        return self._search_function.value.get_concrete_function()
 
     @property
     def supports_guidance(self) -> bool:
