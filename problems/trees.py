@@ -23,6 +23,13 @@ word, e.g. for "(S (NP (NNP John)) (VP (VBZ sleeps)) (. .))":
     leaves="tag" (keep_pos=True):   (S (NP NNP )NP (VP VBZ )VP . )S
     leaves="word" (lexicalized):    (S (NP John )NP (VP sleeps )VP . )S
 
+In the in-order form (`order="in_order"`; Liu & Zhang 2017, "In-Order Transition-based
+Constituent Parsing", and Fernandez-Gonzalez & Gomez-Rodriguez 2020 for sequence-to-sequence
+parsers) a constituent's opening token comes after its first child, so a label is predicted once
+the constituent's first part has been read; the tokens are the same, in another order:
+
+    leaves="word", order="in_order": John (NP )NP (S sleeps (VP )VP . )S
+
 By default POS tags are replaced by the placeholder `XX`, as Vinyals et al. did: the parser
 predicts brackets, not tags. The lexicalized form keeps the words themselves in the targets, so
 that a decoder always sees which word it has reached (He & Choi 2021 found such outputs easier
@@ -226,15 +233,20 @@ def tagged_words(tree: Tree) -> list:
     return [(node.children[0], node.label) for node in _preterminals(tree)]
 
 
-def _events(tree: Tree):
-    """Yields ("open", node), ("leaf", node) and ("close", node) in document order."""
+def _events(tree: Tree, order: str = "top_down"):
+    """Yields ("open", node), ("leaf", node) and ("close", node): in document order, or with
+    each node's "open" after its first child's events (`order="in_order"`)."""
     pending = [("visit", tree)]
     while pending:
         kind, node = pending.pop()
-        if kind == "close":
+        if kind in ("open", "close"):
             yield kind, node
         elif node.is_preterminal:
             yield "leaf", node
+        elif order == "in_order":
+            pending.append(("close", node))
+            pending.extend(("visit", child) for child in reversed(node.children[1:]))
+            pending.extend([("open", node), ("visit", node.children[0])])
         else:
             yield "open", node
             pending.append(("close", node))
@@ -258,7 +270,12 @@ def to_string(tree: Tree) -> str:
 LEAVES = ("placeholder", "tag", "word")
 
 
-def linearize(tree: Tree, keep_pos: bool = False, leaves: str | None = None) -> list:
+ORDERS = ("top_down", "in_order")
+
+
+def linearize(
+    tree: Tree, keep_pos: bool = False, leaves: str | None = None, order: str = "top_down"
+) -> list:
     """Target tokens of `tree` (see the module docstring); the inputs are `words(tree)`.
 
     Args:
@@ -267,6 +284,8 @@ def linearize(tree: Tree, keep_pos: bool = False, leaves: str | None = None) -> 
         leaves: What stands for each word: "placeholder" (`XX`), "tag" (its POS tag) or
             "word" (the word itself: the lexicalized form, whose leaves copy the input).
             Overrides `keep_pos` when given.
+        order: "top_down" (each `(LABEL` before its constituent) or "in_order" (after the
+            constituent's first child; see the module docstring).
 
     Returns:
         Tokens `(LABEL`, `)LABEL` and one leaf token per word.
@@ -274,8 +293,10 @@ def linearize(tree: Tree, keep_pos: bool = False, leaves: str | None = None) -> 
     leaves = leaves or ("tag" if keep_pos else "placeholder")
     if leaves not in LEAVES:
         raise ValueError(f"leaves must be one of {LEAVES}, got {leaves!r}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     tokens = []
-    for kind, node in _events(tree):
+    for kind, node in _events(tree, order):
         if kind == "open":
             tokens.append(f"({node.label}")
         elif kind == "close":
@@ -302,12 +323,15 @@ def delinearize(
     words: Sequence[str],
     tags: Sequence[str] | None = None,
     root_label: str = "S",
+    order: str = "top_down",
 ) -> Tree:
     """Builds a valid tree over `words` from (possibly malformed) linearized tokens.
 
     Tokens starting with `(` open a constituent, tokens starting with `)` close one, any other
-    token is a preterminal taking the next word. Repairs, so that every sequence gives a tree
-    whose leaves are exactly `words` in order:
+    token is a preterminal taking the next word. In the in-order form (`order="in_order"`) an
+    opening token makes the last finished constituent or preterminal before it, at its level,
+    the new constituent's first child (none if there is none). Repairs, so that every sequence
+    gives a tree whose leaves are exactly `words` in order:
     - a closing token pops the innermost open constituent whatever its label (the opening
       label wins on a mismatch); one with nothing open is ignored;
     - constituents still open at the end are closed;
@@ -324,13 +348,16 @@ def delinearize(
         tags: One POS tag per word to use instead of the tag tokens (e.g. gold tags, so that
             EVALB can delete punctuation as COLLINS.prm asks); None keeps the tokens' tags.
         root_label: Label of the node added over several top-level pieces.
+        order: The linearization's order, as `linearize`'s.
 
     Returns:
         The tree.
 
     Raises:
-        ValueError: If `words` is empty or `tags` has a different length.
+        ValueError: If `words` is empty, `tags` has a different length or `order` is unknown.
     """
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     if not words:
         raise ValueError("delinearize needs at least one word: a tree has at least one leaf")
     if tags is not None and len(tags) != len(words):
@@ -340,7 +367,9 @@ def delinearize(
     next_word = 0
     for token in tokens:
         if token.startswith("("):
-            stack.append([_symbol(token[1:], UNKNOWN_LABEL), []])
+            level = stack[-1][1] if stack else top
+            first = [level.pop()] if order == "in_order" and level else []
+            stack.append([_symbol(token[1:], UNKNOWN_LABEL), first])
         elif token.startswith(")"):
             if stack:
                 label, children = stack.pop()

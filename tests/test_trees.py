@@ -117,6 +117,16 @@ def test_linearize_hand_example():
     assert trees.linearize(tree, leaves="word") == "(S (NP John )NP (VP sleeps )VP . )S".split()
     with pytest.raises(ValueError, match="leaves must be one of"):
         trees.linearize(tree, leaves="pos")
+    # In order: each opening token right after its constituent's first child.
+    assert trees.linearize(tree, leaves="word", order="in_order") == (
+        "John (NP )NP (S sleeps (VP )VP . )S".split()
+    )
+    deeper = trees.parse_tree("(S (NP (DT The) (NN dog)) (VP (VBZ eats) (NP (NNS bones))))")
+    assert trees.linearize(deeper, order="in_order") == (
+        "XX (NP XX )NP (S XX (VP XX (NP )NP )VP )S".split()
+    )
+    with pytest.raises(ValueError, match="order must be one of"):
+        trees.linearize(tree, order="bottom_up")
     assert trees.tagged_words(tree) == [("John", "NNP"), ("sleeps", "VBZ"), (".", ".")]
 
 
@@ -130,6 +140,11 @@ def test_round_trip_on_all_wsj_trees(wsj_trees):
         lexicalized = trees.linearize(tree, leaves="word")
         assert [t for t in lexicalized if t not in trees.bracket_symbols(lexicalized)] == words
         assert trees.delinearize(lexicalized, words, tags=tags) == tree
+        in_order = trees.linearize(tree, leaves="word", order="in_order")
+        assert sorted(in_order) == sorted(lexicalized)  # the same tokens, in another order
+        assert trees.delinearize(in_order, words, tags=tags, order="in_order") == tree
+        in_order = trees.linearize(tree, keep_pos=True, order="in_order")
+        assert trees.delinearize(in_order, words, order="in_order") == tree
 
 
 @pytest.mark.parametrize(
@@ -156,6 +171,24 @@ def test_delinearize_repairs(tokens, expected):
     assert str(trees.delinearize(tokens.split(), ["a", "b"])) == expected
 
 
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        # An opening token takes the last finished piece at its level as its first child.
+        ("XX (NP )NP (S XX (VP )VP )S", "(S (NP (XX a)) (VP (XX b)))"),
+        ("XX (NP XX )NP", "(NP (XX a) (XX b))"),
+        # Nothing finished before it: the constituent starts empty.
+        ("(S XX XX )S", "(S (XX a) (XX b))"),
+        # Missing closing brackets are added; pieces without a common root get one.
+        ("XX (NP XX", "(NP (XX a) (XX b))"),
+        ("XX XX", "(S (XX a) (XX b))"),
+        ("XX (NP )NP XX (VP )VP", "(S (NP (XX a)) (VP (XX b)))"),
+    ],
+)
+def test_in_order_delinearize_repairs(tokens, expected):
+    assert str(trees.delinearize(tokens.split(), ["a", "b"], order="in_order")) == expected
+
+
 def test_delinearize_any_garbage_gives_a_tree_over_the_words():
     rng = random.Random(1234)
     vocab = ["(S", "(NP", "(VP", "(PP", ")S", ")NP", ")VP", ")", "(", "XX", "NN", ".", "<unk>"]
@@ -167,10 +200,15 @@ def test_delinearize_any_garbage_gives_a_tree_over_the_words():
         assert trees.parse_tree(str(tree)) == tree  # valid bracket format, nothing empty
         tree = trees.delinearize(tokens, words, tags=["T"] * len(words))
         assert trees.tags(tree) == ["T"] * len(words)
+        tree = trees.delinearize(tokens, words, order="in_order")
+        assert trees.words(tree) == words
+        assert trees.parse_tree(str(tree)) == tree
     with pytest.raises(ValueError, match="at least one word"):
         trees.delinearize(["(S", ")S"], [])
     with pytest.raises(ValueError, match="got 1 tags for 2 words"):
         trees.delinearize([], ["a", "b"], tags=["NN"])
+    with pytest.raises(ValueError, match="order must be one of"):
+        trees.delinearize([], ["a"], order="bottom_up")
 
 
 def test_right_branching_baseline():
