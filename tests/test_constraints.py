@@ -1,8 +1,8 @@
-"""The bracket constraint of beam search: its masks step by step, and searches under it.
+"""The bracket constraints of beam search: their masks step by step, and searches under them.
 
 Vocabulary of these tests: 0 pad, 1 EOS, 2 `(S`, 3 `)S`, 4 `(NP`, 5 `)NP`, 6 `a`, 7 `b`,
 8 `c` (a piece that continues a word). Every expected mask and score below is worked out by
-hand from the rules in `BracketConstraint`'s docstring.
+hand from the rules in the docstrings of `BracketConstraint` and `InOrderBracketConstraint`.
 """
 
 import math
@@ -12,20 +12,25 @@ import pytest
 import tensorflow as tf
 
 from t2t_lite.decoding import beam_search
-from t2t_lite.decoding.constraints import BracketConstraint, hypothesis_rows
+from t2t_lite.decoding.constraints import (
+    BracketConstraint,
+    InOrderBracketConstraint,
+    hypothesis_rows,
+)
+from t2t_lite.problems import trees
 
 V = 9
 OPEN = [-1, -1, 0, -1, 1, -1, -1, -1, -1]  # (S -> label 0, (NP -> label 1
 CLOSE = [-1, -1, -1, 0, -1, 1, -1, -1, -1]
 
 
-def constraint(rows, limits, boundaries=None):
-    """A BracketConstraint over leaf rows of different lengths (padded with 0)."""
+def constraint(rows, limits, boundaries=None, kind=BracketConstraint):
+    """A BracketConstraint (or `kind`) over leaf rows of different lengths (padded with 0)."""
     width = max(len(row) for row in rows) or 1
     leaves = [row + [0] * (width - len(row)) for row in rows]
     boundaries = boundaries or [[True] * len(row) for row in rows]
     boundary = [b + [False] * (width - len(b)) for b in boundaries]
-    return BracketConstraint(
+    return kind(
         tf.constant(leaves, tf.int32),
         tf.constant([len(row) for row in rows]),
         tf.constant(boundary),
@@ -240,3 +245,166 @@ def test_bad_vocabulary_tables_are_refused():
         BracketConstraint([[6]], [1], [[True]], [5], [0, -1, 0], [0, -1, -1])
     with pytest.raises(ValueError, match="EOS"):
         BracketConstraint([[6]], [1], [[True]], [5], [-1, 0, -1], [-1, -1, 0])
+
+
+def in_order(rows, limits, boundaries=None):
+    return constraint(rows, limits, boundaries, kind=InOrderBracketConstraint)
+
+
+def test_in_order_masks_of_a_two_word_tree():
+    # a (NP )NP (S b )S EOS is (S (NP a) b), with room to spare.
+    assert masks_along(in_order([[6, 7]], [12]), [6, 4, 5, 2, 7, 3, 1]) == [
+        [6],  # the first leaf comes first
+        [2, 4],  # a finished word: only an opening token may take it (no second top piece)
+        [5, 7],  # (NP holds a: close it (one child) or place b inside
+        [2, 4],  # the finished NP at the top: a constituent must take it
+        [3, 7],  # (S holds NP: b inside, or close S
+        [2, 3, 4],  # b ends a piece: open over it, or close S
+        [1, 2, 4],  # the tree is complete: EOS, or a new root over it
+        [],  # nothing after EOS
+    ]
+
+
+def test_in_order_tokens_stop_when_the_tree_could_no_longer_end_in_the_limit():
+    # Two leaves, limit 5 tokens: a (S b )S EOS is the shortest tree. After a (S, closing S
+    # (3 used) would need an opening, b, its close and EOS (7 > 5): only b. After b (4
+    # used), an opening would need its close, )S and EOS (7 > 5): only )S, then only EOS.
+    masks = masks_along(in_order([[6, 7]], [5]), [6, 2, 7, 3, 1])
+    assert masks == [[6], [2, 4], [7], [3], [1], []]
+
+
+def test_in_order_no_bracket_inside_a_word_of_several_pieces():
+    c = in_order([[6, 8, 7]], [20], boundaries=[[True, False, True]])
+    masks = masks_along(c, [6, 8, 2, 7, 3, 1])
+    assert masks[:3] == [[6], [8], [2, 4]]  # c continues a; then a whole word is finished
+
+
+def test_in_order_a_row_without_leaves_may_only_end():
+    assert masks_along(in_order([[]], [5]), [1])[0] == [1]
+
+
+def test_in_order_openings_between_two_leaves_are_capped():
+    # max_open_run 2: after a (S )S, one opening since the leaf, so a second may come;
+    # after (NP, two: no third, and closing NP would leave a piece at the top that no
+    # opening could take any more: only b.
+    c = InOrderBracketConstraint(
+        tf.constant([[6, 7]]), tf.constant([2]), tf.constant([[True, True]]),
+        tf.constant([30]), OPEN, CLOSE, max_open_run=2,
+    )  # fmt: skip
+    masks = masks_along(c, [6, 2, 3, 4, 7])
+    assert masks[3] == [2, 4]
+    assert masks[4] == [7]
+
+
+def in_order_well_formed(tokens, leaves):
+    """True when `tokens` (EOS-ended) is one in-order tree over `leaves`, labels matching,
+    each opening token right after a finished piece (a leaf ending a word, or a close)."""
+    levels, labels, placed = [[]], [], []
+    previous = None
+    for position, token in enumerate(tokens):
+        if token == 1:
+            return (
+                position == len(tokens) - 1
+                and not labels
+                and len(levels[0]) == 1
+                and levels[0][0] == "tree"
+                and placed == leaves
+            )
+        if OPEN[token] >= 0:
+            if previous is None or OPEN[previous] >= 0 or not levels[-1]:
+                return False
+            first = levels[-1].pop()
+            levels.append([first])
+            labels.append(OPEN[token])
+        elif CLOSE[token] >= 0:
+            if not labels or labels[-1] != CLOSE[token]:
+                return False
+            labels.pop()
+            levels.pop()
+            levels[-1].append("tree")
+        else:
+            if not labels and levels[0]:
+                return False  # a second piece at the top
+            levels[-1].append("leaf")
+            placed.append(token)
+        previous = token
+    return False
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_hypothesis_under_the_in_order_constraint_is_a_tree_over_the_leaves(seed):
+    rng = np.random.default_rng(200 + seed)
+    rows = [rng.choice([6, 7], size=n).tolist() for n in (1, 3, 5, 2)]
+    limits = [len(row) * 3 + 3 for row in rows]  # tight: little room for unary chains
+    decode_length = max(limits)
+    ids, scores = beam_search(
+        RandomModel(seed, decode_length),
+        tf.zeros([len(rows)], tf.int32),
+        4,
+        decode_length,
+        V,
+        0.6,
+        states={},
+        padded_ids=True,
+        max_lengths=tf.constant(limits),
+        constraint=in_order(rows, limits),
+        stop_early=False,
+    )
+    for row, leaves in enumerate(rows):
+        found = scores.numpy()[row] > -1e8
+        assert found.sum() == 4  # even one leaf has more than 4 trees in 6 tokens
+        for beam in np.nonzero(found)[0]:
+            tokens = ids.numpy()[row, beam, 1:].tolist()
+            tokens = tokens[: tokens.index(1) + 1]
+            assert in_order_well_formed(tokens, leaves), (tokens, leaves)
+            assert len(tokens) <= limits[row]
+
+
+def test_every_sample_tree_is_admitted_in_order_and_its_length_bounded(shared_data):
+    # The first 300 trees of the WSJ sample, in order, as rows of one batch: each row's
+    # token is allowed at every step, and no completion is longer than the bound said.
+    sample = []
+    for path in sorted((shared_data / "wsj_sample").glob("wsj_*.mrg"))[:20]:
+        sample += [trees.preprocess(tree) for tree in trees.read_trees(path)]
+    sample = sample[:300]
+    labels = sorted({t[1:] for tree in sample for t in trees.bracket_symbols(
+        trees.linearize(tree))})  # fmt: skip
+    words = sorted({word for tree in sample for word in trees.words(tree)})
+    open_ids = {label: 2 + 2 * n for n, label in enumerate(labels)}
+    word_ids = {word: 2 + 2 * len(labels) + n for n, word in enumerate(words)}
+    vocab = 2 + 2 * len(labels) + len(words)
+    open_labels, close_labels = [-1] * vocab, [-1] * vocab
+    for n, label in enumerate(labels):
+        open_labels[open_ids[label]], close_labels[open_ids[label] + 1] = n, n
+
+    def token_id(token):
+        if token[0] in "()":
+            return open_ids[token[1:]] + (token[0] == ")")
+        return word_ids[token]
+
+    sequences = [
+        [token_id(t) for t in trees.linearize(tree, leaves="word", order="in_order")] + [1]
+        for tree in sample
+    ]
+    leaves = [[word_ids[w] for w in trees.words(tree)] for tree in sample]
+    width, steps = max(map(len, leaves)), max(map(len, sequences))
+    limits = [len(row) + 300 for row in leaves]
+    c = InOrderBracketConstraint(
+        tf.constant([row + [0] * (width - len(row)) for row in leaves]),
+        tf.constant([len(row) for row in leaves]),
+        tf.ones([len(leaves), width], tf.bool),
+        tf.constant(limits),
+        open_labels,
+        close_labels,
+        max_open_run=8,
+    )
+    padded = np.array([seq + [1] * (steps - len(seq)) for seq in sequences])
+    state = c.initial_state()
+    lengths = np.array([len(seq) for seq in sequences])
+    for i in range(steps):
+        live = i < lengths
+        allowed = c.allowed(state, tf.constant(i)).numpy()
+        assert allowed[np.arange(len(sample)), padded[:, i]][live].all(), i
+        bound = c.max_final_lengths(state, tf.constant(i)).numpy()
+        assert (bound[live] >= lengths[live]).all(), i
+        state = c.update(state, tf.constant(padded[:, i]))
