@@ -28,6 +28,7 @@ _PROBLEMS = (
     wmt.Wmt14EnFr,
     wmt.Wmt14FrEn,
     parsing.WsjParsing,
+    parsing.WsjParsingInOrder,
 )
 
 # Name -> a Problem subclass (get makes a new instance) or a Problem instance (get returns it).

@@ -53,6 +53,8 @@ class WsjParsing(TranslateProblem):
     # What stands for each word in the targets (`trees.linearize`): the words themselves, so
     # that the decoder sees which word it has reached; "placeholder" is Vinyals et al.'s `XX`.
     leaves = "word"
+    # Where each constituent's opening token stands (`trees.linearize`): before it.
+    order = "top_down"
     # The most opening brackets in a row that decoding admits. The sample's 3,396 training
     # trees have at most 6; without a bound, a model unsure of the next word can prefer
     # opening brackets to it until the length limit (long unary chains).
@@ -73,7 +75,9 @@ class WsjParsing(TranslateProblem):
         if source not in ("auto", "raw"):
             raise ValueError(f"problem {self.name} reads treebank files only; got {source=}")
         return TreebankCorpus(
-            raw_dir or os.path.join(self.folder(data_dir), "raw"), leaves=self.leaves
+            raw_dir or os.path.join(self.folder(data_dir), "raw"),
+            leaves=self.leaves,
+            order=self.order,
         )
 
     def vocab_symbols(self, corpus: TreebankCorpus) -> list:
@@ -98,7 +102,7 @@ class WsjParsing(TranslateProblem):
     def search_constraint(self, data_dir: str) -> TreeConstraint:
         """Beam search outputs only well-formed trees over the input's words."""
         pieces = self.encoders(data_dir)["targets"].pieces()
-        return TreeConstraint(pieces, self.leaves, self.max_open_run)
+        return TreeConstraint(pieces, self.leaves, self.max_open_run, self.order)
 
     def postprocess(
         self, output_text: str, input_text: str, tags: Sequence[str] | None = None
@@ -123,7 +127,8 @@ class WsjParsing(TranslateProblem):
             return ""
         if tags is None and self.leaves != "tag":
             tags = [trees.POS_PLACEHOLDER] * len(words)
-        return trees.to_string(trees.delinearize(output_text.split(), words, tags=tags))
+        tree = trees.delinearize(output_text.split(), words, tags=tags, order=self.order)
+        return trees.to_string(tree)
 
     def outputs(
         self, hypotheses: Sequence[str], input_text: str, reference: str | None = None
@@ -264,6 +269,21 @@ class WsjParsing(TranslateProblem):
         ]
 
 
+class WsjParsingInOrder(WsjParsing):
+    """`wsj_parsing_in_order`: `wsj_parsing` with in-order targets (`trees.linearize`).
+
+    Each constituent's opening token follows its first child (Liu & Zhang 2017;
+    Fernandez-Gonzalez & Gomez-Rodriguez 2020 for sequence-to-sequence parsers), so the
+    label is chosen once the constituent's first part has been read: "John sleeps ." ->
+    `John (NP )NP (S sleeps (VP )VP . )S`. The same vocabulary symbols, search and scores;
+    the search admits in-order trees only (`InOrderBracketConstraint`).
+    """
+
+    name = "wsj_parsing_in_order"
+    order = "in_order"
+    output_format = "in_order_tree"  # the server's page shows such outputs as text
+
+
 def _f1(summary) -> float:
     total = summary.precision + summary.recall
     return 2 * summary.precision * summary.recall / total if total else 0.0
@@ -305,4 +325,4 @@ def _with_gold_tags(hypothesis: str, gold: trees.Tree | None, number: int) -> st
     return trees.to_string(trees.delinearize(tokens, [w for w, _ in tagged], tags=merged))
 
 
-__all__ = ["TreebankCorpus", "WsjParsing", "find_tree_files", "split_of"]
+__all__ = ["TreebankCorpus", "WsjParsing", "WsjParsingInOrder", "find_tree_files", "split_of"]

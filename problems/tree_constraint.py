@@ -6,14 +6,15 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from t2t_lite.decoding.constraints import BracketConstraint
+from t2t_lite.decoding.constraints import BracketConstraint, InOrderBracketConstraint
 from t2t_lite.ids import EOS_ID
 from t2t_lite.problems import trees
 from t2t_lite.problems.vocab import SPACE_MARK
 
 
 class TreeConstraint:
-    """Builds the search's `BracketConstraint` for a batch of encoded sentences.
+    """Builds the search's `BracketConstraint` (`InOrderBracketConstraint` for in-order
+    targets) for a batch of encoded sentences.
 
     The vocabulary's bracket pieces (`▁(NP`, `▁)NP`) open and close constituents. With
     lexicalized targets (`leaves="word"`) the leaves are the input's own pieces, copied in
@@ -24,10 +25,21 @@ class TreeConstraint:
     Args:
         pieces: the SentencePiece piece of every id of the target vocabulary.
         leaves: the problem's `leaves` ("word", "placeholder" or "tag").
-        max_open_run: the most opening brackets in a row, or None.
+        max_open_run: the most opening brackets in a row (between two leaves in order
+            "in_order"), or None.
+        order: the targets' order, "top_down" or "in_order" (`trees.linearize`).
     """
 
-    def __init__(self, pieces: Sequence[str], leaves: str, max_open_run: int | None = None):
+    def __init__(
+        self,
+        pieces: Sequence[str],
+        leaves: str,
+        max_open_run: int | None = None,
+        order: str = "top_down",
+    ):
+        if order not in trees.ORDERS:
+            raise ValueError(f"order must be one of {trees.ORDERS}, got {order!r}")
+        self.order = order
         if leaves == "tag":
             raise ValueError("a tree constraint needs targets with words or XX as leaves")
         labels, open_labels, close_labels = {}, [], []
@@ -59,7 +71,8 @@ class TreeConstraint:
             leaves = tf.fill(tf.shape(inputs), self.placeholder_id)
             boundary = tf.ones_like(starts)
             count = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
-        return BracketConstraint(
+        kind = InOrderBracketConstraint if self.order == "in_order" else BracketConstraint
+        return kind(
             leaves, count, boundary, max_lengths, self.open_labels, self.close_labels, EOS_ID,
             max_open_run=self.max_open_run,
         )  # fmt: skip

@@ -111,17 +111,23 @@ def split_of(file_id: str, standard: bool) -> str | None:
 class TreebankCorpus:
     """Treebank files read as (words, linearized tree) text pairs, split by file id.
 
+    `leaves` and `order` are `trees.linearize`'s: what stands for each word, and whether each
+    constituent's opening token comes before it (top-down) or after its first child.
+
     Offers what `TranslateProblem.generate_data` needs of a corpus: `splits`, `identity()`,
     `describe(split)` and `pairs(split)`, whose items are (tree file, tree number from 1,
     words, linearized tree). A tree left without words by preprocessing gives an empty pair,
     which datagen skips and counts.
     """
 
-    def __init__(self, raw_dir: str, leaves: str = "word"):
+    def __init__(self, raw_dir: str, leaves: str = "word", order: str = "top_down"):
         self.raw_dir = raw_dir
         self.leaves = leaves
         if self.leaves not in trees.LEAVES:
             raise ValueError(f"leaves must be one of {trees.LEAVES}, got {self.leaves!r}")
+        if order not in trees.ORDERS:
+            raise ValueError(f"order must be one of {trees.ORDERS}, got {order!r}")
+        self.order = order
         self.keep_pos = self.leaves == "tag"
         self.splits = _SPLITS
         self.tree_files = find_tree_files(raw_dir)
@@ -174,6 +180,8 @@ class TreebankCorpus:
             "keep_pos": self.keep_pos,
             "leaves": self.leaves,
             "example_format": _EXAMPLE_FORMAT,
+            # Only when not the original top-down form, so that its data keeps its identity.
+            **({"order": self.order} if self.order != "top_down" else {}),
         }
 
     def describe(self, split: str) -> str:
@@ -206,5 +214,5 @@ class TreebankCorpus:
                 path,
                 number,
                 " ".join(trees.words(tree)),
-                " ".join(trees.linearize(tree, leaves=self.leaves)),
+                " ".join(trees.linearize(tree, leaves=self.leaves, order=self.order)),
             )

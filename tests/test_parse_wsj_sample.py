@@ -59,7 +59,7 @@ def test_bad_arguments_are_one_clear_line(tool, capsys, flag, message):
 
 def test_num_last_decodes_with_the_mean_of_the_newest_checkpoints(tool, shared_data, tmp_path):
     data_dir, output_dir = str(tmp_path / "data"), str(tmp_path / "run")
-    problems.get(tool.PROBLEM).generate_data(
+    problems.get(tool.PROBLEMS[0]).generate_data(
         data_dir, str(shared_data / "wsj_sample"), vocab_size=1000
     )
     args = tool.parse_args(
@@ -69,10 +69,10 @@ def test_num_last_decodes_with_the_mean_of_the_newest_checkpoints(tool, shared_d
     model, title = tool.trained_model(args, data_dir, output_dir, 3)
     assert title == "transformer_parsing_small, 3 steps, last 2 averaged"
     newest = [
-        load_trained_model(tool.PROBLEM, data_dir, output_dir, f"{output_dir}/ckpt-{step}").model
+        load_trained_model(tool.PROBLEMS[0], data_dir, output_dir, f"{output_dir}/ckpt-{step}").model
         for step in (2, 3)
     ]
-    last = load_trained_model(tool.PROBLEM, data_dir, output_dir).model
+    last = load_trained_model(tool.PROBLEMS[0], data_dir, output_dir).model
     moved = 0
     for averaged, second, third, final in zip(
         model.weights, newest[0].weights, newest[1].weights, last.weights, strict=True

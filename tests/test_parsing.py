@@ -363,3 +363,55 @@ def test_placeholder_targets_pass_their_constraint_too(tmp_path, shared_data):
     assert _feed_rows(constraint, examples[:40]) == [None] * 40
     inputs, targets = examples[0]
     assert _feed(constraint, inputs, targets[:-2] + [placeholder, *targets[-2:]]) is not None
+
+
+def test_in_order_targets_read_back_as_the_gold_trees_and_pass_their_constraint(
+    tmp_path, shared_data, sample
+):
+    import tensorflow as tf
+
+    from t2t_lite import hparams
+    from t2t_lite.models.build import build_transformer
+    from t2t_lite.search import SearchConfig, Translator, pad_batch
+
+    problem, data_dir = problems.get("wsj_parsing_in_order"), str(tmp_path)
+    metadata = problem.generate_data(data_dir, str(shared_data / "wsj_sample"), vocab_size=1000)
+    assert metadata["splits"]["train"]["examples"] == 3396
+    encoder = problem.encoders(data_dir)["targets"]
+    # The dev targets (in file order) are the gold trees in order: the words themselves,
+    # each label after its constituent's first child; read back, they are the gold trees.
+    examples = list(problem.examples("dev", data_dir).as_numpy_iterator())
+    assert len(examples) == len(sample["dev"])
+    for example, line in zip(examples, sample["dev"]):
+        gold = trees.preprocess(trees.parse_tree(line))
+        words, targets = encoder.decode(example["inputs"]), encoder.decode(example["targets"])
+        assert targets.split() == trees.linearize(gold, leaves="word", order="in_order")
+        assert problem.postprocess(targets, words, tags=trees.tags(gold)) == str(gold)
+    # Their ids pass the problem's search constraint, the top-down ids of the same trees do
+    # not (a tree begins with its first word there, not a bracket).
+    brackets, copies = _brackets_and_copies(problem, data_dir)
+    constraint = problem.search_constraint(data_dir)
+    assert _feed_rows(constraint, copies) == [None] * len(copies)
+    inputs, targets = copies[0]
+    words = encoder.decode(inputs).split()
+    in_order = trees.delinearize(encoder.decode(targets).split(), words, order="in_order")
+    top_down_ids = encoder.encode(" ".join(trees.linearize(in_order, leaves="word")))
+    assert _feed(constraint, inputs, top_down_ids) == 0
+    # A search under the constraint, with an untrained model, gives in-order trees over the
+    # words of each sentence: read back and written again, unchanged.
+    hp = hparams.override(
+        hparams.get("transformer_parsing_small"),
+        "hidden_size=32,filter_size=64,num_heads=2,num_encoder_layers=1,num_decoder_layers=1",
+    )
+    model = build_transformer(
+        hp, *problem.vocab_sizes(data_dir), non_copy_ids=problem.target_non_copy_ids(data_dir)
+    )
+    dev = [e["inputs"] for e in problem.examples("dev", data_dir).take(3).as_numpy_iterator()]
+    config = SearchConfig(beam_size=2, alpha=0.3, extra_length=40)
+    ids, _ = Translator(model, config, constraint=constraint).search(tf.constant(pad_batch(dev)))
+    for row, inputs in zip(ids.numpy(), dev):
+        words = encoder.decode(inputs).split()
+        output = encoder.decode([t for t in row[0][1:] if t > 1]).split()
+        tree = trees.delinearize(output, words, order="in_order")
+        assert trees.words(tree) == words
+        assert trees.linearize(tree, leaves="word", order="in_order") == output

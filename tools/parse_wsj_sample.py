@@ -3,11 +3,13 @@
     python tools/parse_wsj_sample.py --minutes=30 [--train_steps=N] [--beam_size=21] \\
         [--dtype_policy=auto] [--save_every=500 --num_last=1] \\
         [--splits=dev,test] [--unconstrained] [--greedy] [--ptb_output] \\
-        [--shared_data=../shared/data] [--work_dir=/tmp/wsj_parsing_sample]
+        [--problem=wsj_parsing] [--shared_data=../shared/data] \\
+        [--work_dir=/tmp/wsj_parsing_sample]
 
-1. datagen: `wsj_parsing` on `SHARED_DATA/wsj_sample` (train wsj_0001-0159, dev
-   wsj_0160-0169, test wsj_0170-0179) with a `--vocab_size` SentencePiece vocabulary, into
-   `WORK_DIR/data` (a rerun with the same inputs reuses it);
+1. datagen: `--problem` (`wsj_parsing`, or `wsj_parsing_in_order` for in-order targets) on
+   `SHARED_DATA/wsj_sample` (train wsj_0001-0159, dev wsj_0160-0169, test wsj_0170-0179)
+   with a `--vocab_size` SentencePiece vocabulary, into `WORK_DIR/data` (a rerun with the
+   same inputs reuses it);
 2. training: `--hparams_set` (transformer_parsing_small) for `--train_steps` updates, or for
    about `--minutes` of wall time: a first chunk of `--calibration_steps` measures the speed,
    then training resumes in chunks sized to fill the budget; checkpoints go to `WORK_DIR/run`
@@ -48,7 +50,7 @@ from t2t_lite.search import SearchConfig, Translator, strip_ids  # noqa: E402
 from t2t_lite.training import average_last_checkpoints, cpu_features  # noqa: E402
 from t2t_lite.training.trainer import RunConfig, train_and_evaluate  # noqa: E402
 
-PROBLEM = "wsj_parsing"
+PROBLEMS = ("wsj_parsing", "wsj_parsing_in_order")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -56,6 +58,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared_data", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--work_dir", default="/tmp/wsj_parsing_sample")
+    parser.add_argument(
+        "--problem",
+        choices=PROBLEMS,
+        default=PROBLEMS[0],
+        help="top-down targets, or in-order (each label after its constituent's first child)",
+    )
     parser.add_argument("--vocab_size", type=int, default=4000)
     parser.add_argument("--hparams_set", default="transformer_parsing_small")
     parser.add_argument("--hparams", default="", help='overrides, "key=value,key=value"')
@@ -119,7 +127,7 @@ def train(args, data_dir: str, output_dir: str) -> int:
 
     def run(steps: int) -> None:
         config = RunConfig(
-            problem=PROBLEM, output_dir=output_dir, data_dir=data_dir, train_steps=steps,
+            problem=args.problem, output_dir=output_dir, data_dir=data_dir, train_steps=steps,
             eval_every=500, save_every=args.save_every, keep_checkpoints=max(20, args.num_last),
             log_every=100, seed=args.seed,
         )  # fmt: skip
@@ -195,7 +203,7 @@ def parse(model, problem, config, constraint, encoder, inputs, gold, args, name:
     began = time.monotonic()
     outputs = decode(model, config, encoder, inputs, args.decode_batch, constraint)
     seconds = time.monotonic() - began
-    well_formed = sum(_well_formed(out, text) for out, text in zip(outputs, inputs))
+    well_formed = sum(_well_formed(out, text, problem.order) for out, text in zip(outputs, inputs))
     print(
         f"{name}: decoded {len(inputs)} sentences in {seconds:.0f}s "
         f"({len(inputs) / seconds:.2f} sentences/s, {args.decode_batch} per search); "
@@ -252,7 +260,7 @@ def main() -> None:
     args = parse_args()
     work = Path(args.work_dir)
     data_dir, output_dir = str(work / "data"), str(work / "run")
-    problem = problems.get(PROBLEM)
+    problem = problems.get(args.problem)
     problem.ptb_output = args.ptb_output
     raw_dir = str(Path(args.shared_data) / "wsj_sample")
     metadata = problem.generate_data(data_dir, raw_dir, vocab_size=args.vocab_size)
@@ -270,16 +278,20 @@ def trained_model(args, data_dir: str, output_dir: str, steps: int):
     """(model, its row title): the newest checkpoint, or the average of `--num_last`."""
     title = f"{args.hparams_set}, {steps} steps"
     if args.num_last == 1:
-        return load_trained_model(PROBLEM, data_dir, output_dir).model, title
+        return load_trained_model(args.problem, data_dir, output_dir).model, title
     averaged = average_last_checkpoints(output_dir, args.num_last, allow_fewer=True)
     print(f"decoding with the average of the last {args.num_last} checkpoints: {averaged}")
-    model = load_trained_model(PROBLEM, data_dir, output_dir, checkpoint_path=averaged).model
+    model = load_trained_model(args.problem, data_dir, output_dir, checkpoint_path=averaged).model
     return model, f"{title}, last {args.num_last} averaged"
 
 
-def _well_formed(output: str, text: str) -> bool:
+def _well_formed(output: str, text: str, order: str = "top_down") -> bool:
     """True when the output needs no repair: one root, matching labels, one leaf per word."""
     tokens, stack, leaves = output.split(), [], 0
+    if order == "in_order":  # read back and written again unchanged: nothing was repaired
+        words = text.split()
+        tree = trees.delinearize(tokens, words, order=order) if words else None
+        return tree is not None and trees.linearize(tree, leaves="word", order=order) == tokens
     for position, token in enumerate(tokens):
         if token.startswith("("):
             stack.append(token[1:])
