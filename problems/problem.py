@@ -48,8 +48,9 @@ class Problem:
     extra_decode_length: int = 50
     # What the trainer reports during evaluation: "accuracy", "bleu" or "parse_f1".
     eval_metric: str = "accuracy"
-    # How an output reads, for clients that draw it (the server's page): "text", or
-    # "linearized_tree" for bracketed trees such as `(S (NP John )NP )S`.
+    # How an output reads, for clients that draw it (the server's page): "text",
+    # "linearized_tree" for bracketed trees such as `(S (NP John )NP )S`, or "in_order_tree"
+    # for such trees in order (`John (NP )NP`), which the page shows as text.
     output_format: str = "text"
 
     def generate_data(self, data_dir: str, raw_dir: str | None = None, **options) -> dict:

@@ -31,8 +31,9 @@ to the batch's longest source and target: the first `source_lengths` columns and
 vocabulary's (`▁the`, `</s>` for EOS), as the `t2t_lite.attention` command labels them.
 
 `model_info` says which beam sizes and alpha a request may use, the defaults, and how the
-problem's outputs read (`Problem.output_format`: "text", or "linearized_tree" for
-bracketed trees such as `(S (NP John )NP )S`).
+problem's outputs read (`Problem.output_format`: "text", "linearized_tree" for
+bracketed trees such as `(S (NP John )NP )S`, or "in_order_tree" for the same trees in
+order, `John (NP )NP`).
 """
 
 from __future__ import annotations
