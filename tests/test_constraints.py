@@ -172,21 +172,7 @@ def test_every_hypothesis_under_the_constraint_is_a_tree_over_the_leaves(seed):
     rng = np.random.default_rng(100 + seed)
     rows = [rng.choice([6, 7], size=n).tolist() for n in (1, 3, 5, 2)]
     limits = [len(row) * 3 + 2 for row in rows]  # tight: little room for unary chains
-    decode_length = max(limits)
-    model = RandomModel(seed, decode_length)
-    ids, scores = beam_search(
-        model,
-        tf.zeros([len(rows)], tf.int32),
-        4,
-        decode_length,
-        V,
-        0.6,
-        states={},
-        padded_ids=True,
-        max_lengths=tf.constant(limits),
-        constraint=constraint(rows, limits),
-        stop_early=False,  # every slot of the beam is filled where trees remain
-    )
+    ids, scores = random_search(seed, constraint(rows, limits), limits)
     for row, leaves in enumerate(rows):
         # One leaf in 5 tokens has only two trees, (S a )S and (NP a )NP: the other slots
         # stay empty. Longer rows have more trees than the beam holds.
@@ -196,6 +182,25 @@ def test_every_hypothesis_under_the_constraint_is_a_tree_over_the_leaves(seed):
             tokens = ids.numpy()[row, beam, 1:].tolist()
             assert well_formed(tokens[: tokens.index(1) + 1], leaves), (tokens, leaves)
             assert tokens.index(1) + 1 <= limits[row]
+
+
+def random_search(seed, constraint, limits):
+    """Beam 4 over a `RandomModel` under `constraint`, each row to its limit; every beam
+    exact (`stop_early=False`), so every slot is filled where trees remain."""
+    decode_length = max(limits)
+    return beam_search(
+        RandomModel(seed, decode_length),
+        tf.zeros([len(limits)], tf.int32),
+        4,
+        decode_length,
+        V,
+        0.6,
+        states={},
+        padded_ids=True,
+        max_lengths=tf.constant(limits),
+        constraint=constraint,
+        stop_early=False,
+    )
 
 
 class AllowAll:
@@ -336,20 +341,7 @@ def test_every_hypothesis_under_the_in_order_constraint_is_a_tree_over_the_leave
     rng = np.random.default_rng(200 + seed)
     rows = [rng.choice([6, 7], size=n).tolist() for n in (1, 3, 5, 2)]
     limits = [len(row) * 3 + 3 for row in rows]  # tight: little room for unary chains
-    decode_length = max(limits)
-    ids, scores = beam_search(
-        RandomModel(seed, decode_length),
-        tf.zeros([len(rows)], tf.int32),
-        4,
-        decode_length,
-        V,
-        0.6,
-        states={},
-        padded_ids=True,
-        max_lengths=tf.constant(limits),
-        constraint=in_order(rows, limits),
-        stop_early=False,
-    )
+    ids, scores = random_search(seed, in_order(rows, limits), limits)
     for row, leaves in enumerate(rows):
         found = scores.numpy()[row] > -1e8
         assert found.sum() == 4  # even one leaf has more than 4 trees in 6 tokens

@@ -69,7 +69,9 @@ def test_num_last_decodes_with_the_mean_of_the_newest_checkpoints(tool, shared_d
     model, title = tool.trained_model(args, data_dir, output_dir, 3)
     assert title == "transformer_parsing_small, 3 steps, last 2 averaged"
     newest = [
-        load_trained_model(tool.PROBLEMS[0], data_dir, output_dir, f"{output_dir}/ckpt-{step}").model
+        load_trained_model(
+            tool.PROBLEMS[0], data_dir, output_dir, f"{output_dir}/ckpt-{step}"
+        ).model
         for step in (2, 3)
     ]
     last = load_trained_model(tool.PROBLEMS[0], data_dir, output_dir).model

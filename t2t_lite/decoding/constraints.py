@@ -135,6 +135,18 @@ class _Bracketing:
         )
         return opened, closed, leaf, labels
 
+    def _leaves_left(self, state: dict) -> tf.Tensor:
+        """[N]: the leaves each hypothesis has still to place."""
+        rows = hypothesis_rows(tf.shape(state["placed"])[0], tf.shape(self.num_leaves)[0])
+        return tf.gather(self.num_leaves, rows) - state["placed"]
+
+    def _advanced(self, state: dict, tokens: tf.Tensor) -> tuple:
+        """(opened [N], closed [N], leaf [N], the placed / depth / labels entries after them)."""
+        opened, closed, leaf, labels = self._moves(state, tokens)
+        depth = state["depth"] + tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32)
+        counts = {"placed": state["placed"] + tf.cast(leaf, tf.int32), "depth": depth}
+        return opened, closed, leaf, {**counts, "labels": labels}
+
     def _top_label(self, state: dict) -> tf.Tensor:
         """[N]: the label of the innermost open constituent (any value where none is open)."""
         depth = tf.maximum(state["depth"] - 1, 0)[:, tf.newaxis]
@@ -233,17 +245,13 @@ class BracketConstraint(_Bracketing):
         never follows an opening one before a leaf has come), every constituent open or
         still to open needs its close, and EOS ends the tree.
         """
-        rows = hypothesis_rows(tf.shape(state["placed"])[0], tf.shape(self.num_leaves)[0])
-        left = tf.gather(self.num_leaves, rows) - state["placed"]  # [N]
+        left = self._leaves_left(state)  # [N]
         return i + left * (1 + 2 * self.max_open_run) + state["depth"] + 1
 
     def update(self, state: dict, tokens: tf.Tensor) -> dict:
-        opened, closed, leaf, labels = self._moves(state, tokens)
+        opened, _, _, counts = self._advanced(state, tokens)
         return {
-            **state,
-            "placed": state["placed"] + tf.cast(leaf, tf.int32),
-            "depth": state["depth"] + tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32),
-            "labels": labels,
+            **counts,
             "open_run": tf.where(opened, state["open_run"] + 1, 0),
             "started": tf.logical_or(state["started"], opened),
         }
@@ -341,16 +349,13 @@ class InOrderBracketConstraint(_Bracketing):
         Before each leaf left and after the last come at most `max_open_run` opening tokens,
         each with its close; every constituent open needs its close, and EOS ends the tree.
         """
-        rows = hypothesis_rows(tf.shape(state["placed"])[0], tf.shape(self.num_leaves)[0])
-        left = tf.gather(self.num_leaves, rows) - state["placed"]  # [N]
+        left = self._leaves_left(state)  # [N]
         return i + left + 2 * self.max_open_run * (left + 1) + state["depth"] + 1
 
     def update(self, state: dict, tokens: tf.Tensor) -> dict:
-        opened, closed, leaf, labels = self._moves(state, tokens)
+        opened, closed, leaf, counts = self._advanced(state, tokens)
         return {
-            "placed": state["placed"] + tf.cast(leaf, tf.int32),
-            "depth": state["depth"] + tf.cast(opened, tf.int32) - tf.cast(closed, tf.int32),
-            "labels": labels,
+            **counts,
             "open_run": tf.where(leaf, 0, state["open_run"] + tf.cast(opened, tf.int32)),
             "after_piece": tf.logical_or(leaf, closed),
             "made": tf.logical_or(state["made"], opened),
